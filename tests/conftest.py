@@ -1,0 +1,23 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import pytest  # noqa: E402
+
+# Tiny but complete networks: every block kind, odd sizes, fast on 2 CPU cores.
+TINY = dict(width_multiplier=0.125, middle_repeats=2)
+
+
+@pytest.fixture
+def mixed_bfloat16():
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_keras_state():
+    keras.utils.set_random_seed(0)
+    yield
+    keras.backend.clear_session()

@@ -1,0 +1,107 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfseg.models import LayerPolicy, deeplab_v3_plus, normalize
+from tests.conftest import TINY
+
+H, W = 97, 129
+
+
+def tiny_model(**kwargs):
+    kwargs.setdefault("input_shape", (None, None, 3))
+    return deeplab_v3_plus(5, **TINY, **kwargs)
+
+
+def batch(n=2, seed=0):
+    rng = np.random.RandomState(seed)
+    images = rng.uniform(-1, 1, (n, H, W, 3)).astype("float32")
+    labels = rng.randint(0, 5, (n, H, W)).astype("int32")
+    labels[:, :5] = 255  # an ignore border, as real data has
+    return images, labels
+
+
+def loss_fn(labels, logits):
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=255)(
+        labels, logits
+    )
+
+
+@pytest.mark.parametrize("norm", ["batch", "sync_batch", "group"])
+@pytest.mark.parametrize("output_stride", [8, 16, 32])
+def test_logits_have_input_size_for_odd_inputs(output_stride, norm):
+    model = tiny_model(output_stride=output_stride, norm=norm)
+    images, _ = batch()
+    logits = model(images, training=True)
+    assert logits.shape == (2, H, W, 5)
+    assert logits.dtype == tf.float32
+    assert np.isfinite(logits.numpy()).all()
+    # The same weights accept another size without rebuilding.
+    assert model(images[:, :65, :81], training=False).shape == (2, 65, 81, 5)
+
+
+@pytest.mark.parametrize("output_stride,atrous", [(8, 3), (16, 3), (32, 0)])
+def test_full_model_matches_reference_size(output_stride, atrous):
+    model = deeplab_v3_plus(21, output_stride=output_stride)
+    names = {layer.name for layer in model.layers}
+    assert sum(f"aspp_sepconv{i}_depthwise" in names for i in (1, 2, 3)) == atrous
+    if output_stride != 32:
+        # The reference architecture (research/deeplab, 21 classes).
+        assert model.count_params() == 41_258_213
+    rates = [
+        model.get_layer(f"aspp_sepconv{i + 1}_depthwise").dilation_rate[0] for i in range(atrous)
+    ]
+    assert rates == {8: [12, 24, 36], 16: [6, 12, 18], 32: []}[output_stride]
+
+
+@pytest.mark.parametrize("norm", ["batch", "group"])
+def test_one_training_step_gives_every_variable_a_finite_gradient(norm):
+    # Tiny widths need fewer groups: a 1-channel group on the 1x1 pooled map
+    # normalises to exactly 0 and has no gradient (the full model has 8 per group).
+    model = tiny_model(policy=LayerPolicy(norm=norm, groups=8))
+    images, labels = batch()
+    with tf.GradientTape() as tape:
+        loss = loss_fn(labels, model(images, training=True))
+    grads = tape.gradient(loss, model.trainable_variables)
+    assert np.isfinite(loss.numpy())
+    for var, grad in zip(model.trainable_variables, grads):
+        assert grad is not None, var.path
+        assert np.isfinite(grad.numpy()).all(), var.path
+        assert np.abs(grad.numpy()).max() > 0, var.path
+    before = [v.numpy() for v in model.trainable_variables]
+    keras.optimizers.SGD(0.01, momentum=0.9).apply_gradients(zip(grads, model.trainable_variables))
+    assert all((b != v.numpy()).any() for b, v in zip(before, model.trainable_variables))
+
+
+def test_config_round_trip_and_keras_file_give_identical_outputs(tmp_path):
+    model = tiny_model(norm="group")
+    images, _ = batch()
+    expected = model(images, training=False).numpy()
+
+    clone = keras.Model.from_config(model.get_config())
+    clone.set_weights(model.get_weights())
+    np.testing.assert_array_equal(clone(images, training=False).numpy(), expected)
+
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    loaded = keras.models.load_model(path)
+    np.testing.assert_array_equal(loaded(images, training=False).numpy(), expected)
+    assert [layer.name for layer in loaded.layers] == [layer.name for layer in model.layers]
+
+
+def test_mixed_bfloat16_trains_and_keeps_float32_logits(mixed_bfloat16):
+    model = tiny_model()
+    assert model.get_layer("entry_block1_sepconv1_pointwise").compute_dtype == "bfloat16"
+    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss=loss_fn)
+    images, labels = batch()
+    loss = model.train_on_batch(images, labels)
+    assert np.isfinite(loss)
+    logits = model(images, training=False)
+    assert logits.dtype == tf.float32
+    assert all(v.dtype == "float32" for v in model.trainable_variables)
+
+
+def test_normalize_maps_uint8_to_unit_range():
+    out = normalize(np.array([0, 127.5, 255], "float32"))
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(out), [-1, 0, 1])

@@ -1,0 +1,67 @@
+import numpy as np
+import pytest
+
+from tfseg.models import LayerPolicy, xception65
+from tests.conftest import TINY
+
+H, W = 97, 129  # both 32k + 1, so strided and atrous grids line up exactly
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+@pytest.mark.parametrize("norm", ["batch", "sync_batch", "group"])
+@pytest.mark.parametrize("output_stride", [8, 16, 32])
+def test_feature_shapes_follow_output_stride(output_stride, norm):
+    model = xception65((H, W, 3), LayerPolicy(norm=norm), output_stride, **TINY)
+    out = model(np.random.rand(2, H, W, 3).astype("float32"), training=True)
+    assert out["out"].shape == (2, ceil_div(H, output_stride), ceil_div(W, output_stride), 2048 // 8)
+    assert out["low_level"].shape == (2, ceil_div(H, 4), ceil_div(W, 4), 256 // 8)
+    assert out["stem"].shape[1:3] == (ceil_div(H, 2), ceil_div(W, 2))
+    assert {"entry_block3", "middle_unit1", "middle_unit2", "exit_block1"} <= set(out)
+
+
+@pytest.mark.parametrize("norm", ["batch", "sync_batch"])
+@pytest.mark.parametrize("output_stride", [8, 16])
+def test_atrous_features_match_strided_features(output_stride, norm):
+    """The research/deeplab check: with the same weights, the dense (atrous)
+    features subsampled to stride 32 equal the stride-32 features."""
+    policy = LayerPolicy(norm=norm)
+    nominal = xception65((H, W, 3), policy, 32, **TINY)
+    dense = xception65((H, W, 3), policy, output_stride, **TINY)
+    dense.set_weights(nominal.get_weights())
+    images = np.random.RandomState(1).uniform(-1, 1, (1, H, W, 3)).astype("float32")
+    expected = nominal(images, training=False)
+    got = dense(images, training=False)
+    nominal_strides = {"entry_block3": 16, "middle_unit2": 16, "exit_block1": 32, "out": 32}
+    for key, stride in nominal_strides.items():
+        step = stride // min(stride, output_stride)
+        np.testing.assert_allclose(
+            got[key].numpy()[:, ::step, ::step], expected[key].numpy(), atol=1e-4, rtol=1e-4,
+            err_msg=key,
+        )
+    # And the test can fail: without subsampling the maps differ.
+    assert got["out"].shape != expected["out"].shape
+
+
+def test_full_xception65_parameter_count_and_names():
+    model = xception65()
+    names = [layer.name for layer in model.layers]
+    assert len(names) == len(set(names))
+    for expected in (
+        "entry_conv1",
+        "entry_block2_sepconv2_pointwise_bn",
+        "entry_block3_shortcut_bn",
+        "middle_unit16_sepconv3_depthwise",
+        "exit_block2_sepconv3_pointwise_relu",
+    ):
+        assert expected in names
+    assert "middle_unit17_sepconv1_depthwise" not in names
+    # The backbone of the 41,258,213-parameter reference DeepLabv3+.
+    assert model.count_params() == 38_052_512
+
+
+def test_bad_output_stride_is_rejected():
+    with pytest.raises(ValueError, match="output_stride"):
+        xception65(output_stride=4)

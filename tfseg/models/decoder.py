@@ -1,0 +1,22 @@
+"""The DeepLabv3+ decoder: fuse the ASPP output with the stride-4 feature."""
+
+import keras
+
+from tfseg.layers import ResizeLike
+from tfseg.models import policy as policy_lib
+
+
+def decoder(high, low, policy, num_classes, filters=256, low_filters=48, name="decoder"):
+    """Projects `low` to `low_filters` channels, upsamples `high` to its size,
+    concatenates, applies two separable 3x3 convs and a 1x1 logits conv.
+
+    Shapes: high [N, h, w, C], low [N, H, W, C'] -> logits [N, H, W, num_classes].
+    """
+    low = policy_lib.conv_norm_relu(low, low_filters, policy, f"{name}_projection")
+    high = ResizeLike(name=f"{name}_upsample")([high, low])
+    x = keras.layers.Concatenate(name=f"{name}_concat")([high, low])
+    for i in range(2):
+        x = policy_lib.separable_conv(x, filters, policy, f"{name}_conv{i + 1}", relu_inside=True)
+    return keras.layers.Conv2D(
+        num_classes, 1, kernel_initializer=policy.kernel_initializer, name="logits"
+    )(x)

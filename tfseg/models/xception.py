@@ -1,0 +1,142 @@
+"""Aligned Xception-65, the DeepLabv3+ backbone, described as data.
+
+Chen et al., "Encoder-Decoder with Atrous Separable Convolution for Semantic Image
+Segmentation", ECCV 2018, https://arxiv.org/abs/1802.02611 (Section 3.2), following
+the reference `research/deeplab/core/xception.py`.
+"""
+
+import dataclasses
+
+import keras
+
+from tfseg.models import policy as policy_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSpec:
+    """One Xception block: three separable convs plus a shortcut.
+
+    Args:
+      name: layer-name prefix, e.g. "entry_block1". Repeated blocks are named
+        "{name}_unit{k}" (k from 1).
+      filters: the widths of the three separable convs.
+      stride: the stride of the third separable conv (and of a conv shortcut).
+      shortcut: "conv" (1x1 conv + norm), "identity" or "none".
+      repeats: how many identical units the block has.
+      relu_inside: ReLU between depthwise and pointwise (and after pointwise)
+        instead of before the depthwise conv.
+      low_level: this block's second separable conv is the stride-4 feature
+        that the decoder uses.
+    """
+
+    name: str
+    filters: tuple
+    stride: int
+    shortcut: str
+    repeats: int = 1
+    relu_inside: bool = False
+    low_level: bool = False
+
+
+XCEPTION65 = (
+    BlockSpec("entry_block1", (128, 128, 128), 2, "conv"),
+    BlockSpec("entry_block2", (256, 256, 256), 2, "conv", low_level=True),
+    BlockSpec("entry_block3", (728, 728, 728), 2, "conv"),
+    BlockSpec("middle", (728, 728, 728), 1, "identity", repeats=16),
+    BlockSpec("exit_block1", (728, 1024, 1024), 2, "conv"),
+    BlockSpec("exit_block2", (1536, 1536, 2048), 1, "none", relu_inside=True),
+)
+
+OUTPUT_STRIDES = (8, 16, 32)
+
+
+def _unit(x, spec, filters, policy, name, strides, rate):
+    inputs, low_level = x, None
+    for i, width in enumerate(filters):
+        x = policy_lib.separable_conv(
+            x,
+            width,
+            policy,
+            f"{name}_sepconv{i + 1}",
+            strides=strides if i == len(filters) - 1 else 1,
+            rate=rate,
+            relu_inside=spec.relu_inside,
+        )
+        if i == 1:
+            low_level = x
+    if spec.shortcut == "conv":
+        shortcut = keras.layers.Conv2D(
+            filters[-1],
+            1,
+            strides=strides,
+            use_bias=False,
+            kernel_initializer=policy.kernel_initializer,
+            name=f"{name}_shortcut",
+        )(inputs)
+        shortcut = policy_lib.norm(shortcut, policy, f"{name}_shortcut_bn")
+        x = keras.layers.Add(name=f"{name}_add")([x, shortcut])
+    elif spec.shortcut == "identity":
+        x = keras.layers.Add(name=f"{name}_add")([x, inputs])
+    return x, low_level
+
+
+def xception_features(
+    inputs,
+    policy=policy_lib.LayerPolicy(),
+    output_stride=16,
+    width_multiplier=1.0,
+    middle_repeats=None,
+    specs=XCEPTION65,
+):
+    """Builds the backbone on `inputs` and returns its features.
+
+    Strides past `output_stride` become dilation, as in the reference
+    `stack_blocks_dense`: once the running stride reaches `output_stride`, each
+    further unit runs at stride 1 with the current rate, and the rate grows by
+    the stride it skipped.
+
+    Returns:
+      A dict: "stem", one entry per unit name ("entry_block1", ...,
+      "middle_unit16", "exit_block2"), "low_level" (stride 4) and "out" (the
+      last feature, at `output_stride`).
+    """
+    if output_stride not in OUTPUT_STRIDES:
+        raise ValueError(f"output_stride must be one of {OUTPUT_STRIDES}, got {output_stride}")
+    width = lambda c: policy_lib.scaled(c, width_multiplier)  # noqa: E731
+    x = policy_lib.conv_norm_relu(inputs, width(32), policy, "entry_conv1", 3, strides=2)
+    x = policy_lib.conv_norm_relu(x, width(64), policy, "entry_conv2", 3)
+    features = {"stem": x}
+    current_stride, rate = 2, 1
+    for spec in specs:
+        repeats = spec.repeats
+        if spec.repeats > 1 and middle_repeats is not None:
+            repeats = middle_repeats
+        for k in range(repeats):
+            name = spec.name if spec.repeats == 1 else f"{spec.name}_unit{k + 1}"
+            if current_stride == output_stride:
+                strides, unit_rate = 1, rate
+                rate *= spec.stride
+            else:
+                strides, unit_rate = spec.stride, 1
+                current_stride *= spec.stride
+            filters = tuple(width(f) for f in spec.filters)
+            x, low_level = _unit(x, spec, filters, policy, name, strides, unit_rate)
+            features[name] = x
+            if spec.low_level:
+                features["low_level"] = low_level
+    features["out"] = x
+    return features
+
+
+def xception65(
+    input_shape=(None, None, 3),
+    policy=policy_lib.LayerPolicy(),
+    output_stride=16,
+    width_multiplier=1.0,
+    middle_repeats=None,
+    name="xception65",
+):
+    """The backbone alone, as a `keras.Model` whose output is the features dict."""
+    inputs = keras.Input(input_shape, name="image")
+    features = xception_features(inputs, policy, output_stride, width_multiplier, middle_repeats)
+    return keras.Model(inputs, features, name=name)
