@@ -16,6 +16,15 @@ def mixed_bfloat16():
     keras.mixed_precision.set_global_policy("float32")
 
 
+@pytest.fixture
+def float64():
+    """Whole-network comparisons run in float64: in float32, BN's backward cancels
+    large terms and any change of op order shows as ~1% noise in early layers."""
+    keras.config.set_floatx("float64")
+    yield
+    keras.config.set_floatx("float32")
+
+
 @pytest.fixture(autouse=True)
 def _fresh_keras_state():
     keras.utils.set_random_seed(0)

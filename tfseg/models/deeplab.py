@@ -36,8 +36,10 @@ def deeplab_v3_plus(
       dropout: dropout rate after the ASPP projection.
       memory_saving: build the memory-saving twins (output-only norms, fused
         ReLU + depthwise). Same variables, so weights load either way.
-      recompute: None, or a tuple of feature names (e.g. ("middle",)) whose
-        units are recomputed in the backward pass; see `tfseg.memory.rewrite`.
+      recompute: None, or backbone block names (e.g. ("middle",) or
+        ("entry_block1", "middle", "exit_block1")) whose units keep only their
+        input and run again in the backward pass (`tfseg.layers.Recompute`).
+        "entry_block2" cannot be recomputed: the decoder uses its inside.
       policy: a full `LayerPolicy`; overrides `norm` and `memory_saving`.
 
     Input: float images normalised to [-1, 1] (`tfseg.models.normalize`),
@@ -70,8 +72,9 @@ def deeplab_v3_plus(
     if recompute:
         from tfseg import memory
 
+        segments = xception.recompute_segments(features, recompute, middle_repeats)
         model = memory.rewrite(
-            model, fuse_relu_depthwise=False, inplace_norm=False, recompute=recompute
+            model, fuse_relu_depthwise=False, inplace_norm=False, recompute=segments
         )
     return model
 

@@ -80,6 +80,34 @@ def _unit(x, spec, filters, policy, name, strides, rate):
     return x, low_level
 
 
+def unit_names(spec, middle_repeats=None):
+    """The names of a block's units: "entry_block1", or "middle_unit1", ..."""
+    if spec.repeats == 1:
+        return [spec.name]
+    return [f"{spec.name}_unit{k + 1}" for k in range(middle_repeats or spec.repeats)]
+
+
+def recompute_segments(features, blocks, middle_repeats=None, specs=XCEPTION65):
+    """`tfseg.memory.Segment`s for every unit of the named blocks (e.g. ("middle",)).
+
+    `features` is the dict from `xception_features`. Each segment runs from the
+    previous unit's output to this unit's output.
+    """
+    from tfseg.memory import Segment
+
+    unknown = set(blocks) - {spec.name for spec in specs}
+    if unknown:
+        raise ValueError(f"recompute: unknown blocks {sorted(unknown)}; known: {[s.name for s in specs]}")
+    producer = lambda t: t._keras_history.operation.name  # noqa: E731
+    previous, segments = features["stem"], []
+    for spec in specs:
+        for name in unit_names(spec, middle_repeats):
+            if spec.name in blocks:
+                segments.append(Segment(name, producer(previous), producer(features[name])))
+            previous = features[name]
+    return segments
+
+
 def xception_features(
     inputs,
     policy=policy_lib.LayerPolicy(),
@@ -108,11 +136,7 @@ def xception_features(
     features = {"stem": x}
     current_stride, rate = 2, 1
     for spec in specs:
-        repeats = spec.repeats
-        if spec.repeats > 1 and middle_repeats is not None:
-            repeats = middle_repeats
-        for k in range(repeats):
-            name = spec.name if spec.repeats == 1 else f"{spec.name}_unit{k + 1}"
+        for name in unit_names(spec, middle_repeats):
             if current_stride == output_stride:
                 strides, unit_rate = 1, rate
                 rate *= spec.stride

@@ -1,0 +1,183 @@
+"""Output-only ("in-place") batch and group normalisation.
+
+The stock layers keep their *input* for the backward pass. These twins keep only
+their *output* y and per-channel (per-group) statistics, and rebuild
+x_hat = (y - beta) / gamma when the gradient arrives, as InPlace-ABN does
+(Rota Bulo et al., "In-Place Activated BatchNorm for Memory-Optimized Training of
+DNNs", CVPR 2018, https://arxiv.org/abs/1712.02616). The layer that follows (a
+ReLU + depthwise conv, a 1x1 conv) keeps y anyway, so the input is never stored.
+
+Gamma guard: reconstruction divides by gamma, which is ill-conditioned near 0.
+The forward pass therefore uses gamma' = sign(gamma) * max(|gamma|, gamma_epsilon)
+(sign(0) = +1). That equals gamma exactly wherever |gamma| >= gamma_epsilon
+(default 1e-4), so outputs match the stock layer bit for bit there. Below it, the
+output differs by at most gamma_epsilon * |x_hat|. The gradient reaches gamma
+straight through the clamp, so a gamma near 0 can still grow.
+InPlace-ABN uses |gamma| + eps. That changes every output, which a drop-in twin
+must not do.
+"""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+GAMMA_EPSILON = 1e-4
+
+
+def _guard(gamma, gamma_epsilon):
+    return tf.where(gamma >= 0, tf.maximum(gamma, gamma_epsilon), tf.minimum(gamma, -gamma_epsilon))
+
+
+def _all_reduce_sum(values, synchronized):
+    """Sums across replicas for sync BN, so the backward matches the forward."""
+    ctx = tf.distribute.get_replica_context()
+    if synchronized and ctx is not None and ctx.num_replicas_in_sync > 1:
+        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, values)
+    return values
+
+
+def _stat_dtype(dtype):
+    """float32 for half types (as the stock layers do), float64 kept as float64."""
+    return tf.float64 if dtype == tf.float64 else tf.float32
+
+
+def _gated(tensor, gradient):
+    # Without the dependency on the incoming gradient, TF schedules the
+    # reconstruction during the forward pass and keeps its result alive.
+    with tf.control_dependencies([gradient]):
+        return tf.identity(tensor)
+
+
+def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_epsilon=GAMMA_EPSILON):
+    """Training-mode batch norm over all axes but the last, keeping only y.
+
+    Returns (y in x.dtype, batch mean, batch variance); statistics are float32
+    (float64 for float64 x).
+    """
+    axes = list(range(len(x.shape) - 1))
+    dtype = _stat_dtype(x.dtype)
+
+    @tf.custom_gradient
+    def forward(x, gamma, beta):
+        # stop_gradient: in eager mode the ops in here would otherwise be recorded
+        # on the outer tape and keep x alive.
+        x32 = tf.cast(tf.stop_gradient(x), dtype)
+        g = _guard(tf.cast(tf.stop_gradient(gamma), dtype), gamma_epsilon)
+        b = tf.cast(tf.stop_gradient(beta), dtype)
+        mean, variance = ops.moments(x32, axes=axes, synchronized=synchronized)
+        y = ops.batch_normalization(x32, mean, variance, axis=-1, offset=b, scale=g, epsilon=epsilon)
+        y = tf.cast(y, x.dtype)
+        inv_std = tf.math.rsqrt(variance + epsilon)
+
+        def backward(dy, *_):
+            dy32 = tf.cast(dy, dtype)
+            x_hat = (tf.cast(_gated(y, dy), dtype) - b) / g
+            sum_dy = tf.reduce_sum(dy32, axes)
+            sum_dy_xhat = tf.reduce_sum(dy32 * x_hat, axes)
+            count = tf.cast(tf.reduce_prod(tf.shape(dy32)[:-1]), dtype)
+            g_sum_dy, g_sum_dy_xhat, g_count = _all_reduce_sum(
+                [sum_dy, sum_dy_xhat, count], synchronized
+            )
+            dx = (g * inv_std) * (dy32 - g_sum_dy / g_count - x_hat * (g_sum_dy_xhat / g_count))
+            return tf.cast(dx, x.dtype), tf.cast(sum_dy_xhat, gamma.dtype), tf.cast(sum_dy, beta.dtype)
+
+        return (y, mean, variance), backward
+
+    return forward(x, gamma, beta)
+
+
+def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_EPSILON):
+    """Group norm over channels-last `x` (any rank >= 3), keeping only y."""
+    channels = x.shape[-1]
+    spatial_axes = list(range(1, len(x.shape) - 1))
+    # Grouped layout [N, *spatial, G, C/G]; statistics over spatial and C/G.
+    stat_axes = spatial_axes + [len(x.shape)]
+    per_group = (groups, channels // groups)
+    dtype = _stat_dtype(x.dtype)
+
+    def grouped(t):
+        return tf.reshape(t, tf.concat([tf.shape(t)[:-1], per_group], 0))
+
+    @tf.custom_gradient
+    def forward(x, gamma, beta):
+        xg = grouped(tf.cast(tf.stop_gradient(x), dtype))
+        g = tf.reshape(_guard(tf.cast(tf.stop_gradient(gamma), dtype), gamma_epsilon), per_group)
+        b = tf.reshape(tf.cast(tf.stop_gradient(beta), dtype), per_group)
+        mean, variance = tf.nn.moments(xg, axes=stat_axes, keepdims=True)
+        inv_std = tf.math.rsqrt(variance + epsilon)
+        # The same arithmetic as keras.layers.GroupNormalization, for identical outputs.
+        scale = inv_std * g
+        y = xg * scale + (b - mean * scale)
+        y = tf.cast(tf.reshape(y, tf.shape(x)), x.dtype)
+
+        def backward(dy):
+            dyg = grouped(tf.cast(dy, dtype))
+            x_hat = (grouped(tf.cast(_gated(y, dy), dtype)) - b) / g
+            batch_and_spatial = [0] + spatial_axes
+            dbeta = tf.reduce_sum(dyg, batch_and_spatial)
+            dgamma = tf.reduce_sum(dyg * x_hat, batch_and_spatial)
+            dxhat = dyg * g
+            dx = inv_std * (
+                dxhat
+                - tf.reduce_mean(dxhat, stat_axes, keepdims=True)
+                - x_hat * tf.reduce_mean(dxhat * x_hat, stat_axes, keepdims=True)
+            )
+            dx = tf.cast(tf.reshape(dx, tf.shape(x)), x.dtype)
+            dgamma = tf.cast(tf.reshape(dgamma, [channels]), gamma.dtype)
+            return dx, dgamma, tf.cast(tf.reshape(dbeta, [channels]), beta.dtype)
+
+        return y, backward
+
+    return forward(x, gamma, beta)
+
+
+def _affine(layer, inputs):
+    dtype, channels = _stat_dtype(inputs.dtype), inputs.shape[-1]
+    gamma = ops.cast(layer.gamma, dtype) if layer.scale else tf.ones([channels], dtype)
+    beta = ops.cast(layer.beta, dtype) if layer.center else tf.zeros([channels], dtype)
+    return gamma, beta
+
+
+@keras.saving.register_keras_serializable(package="tfseg")
+class InplaceBatchNormalization(keras.layers.BatchNormalization):
+    """Drop-in twin of `keras.layers.BatchNormalization` that keeps only its output.
+
+    Same arguments, variables (gamma, beta, moving_mean, moving_variance), names
+    and order, so checkpoints load either way. In training it keeps y and the batch
+    statistics instead of x, and updates the moving statistics exactly as the stock
+    layer does. With `synchronized=True` the backward sums are all-reduced too.
+    Inference, a frozen layer, masks, renorm and channels-first axes run the stock
+    code. Shapes: [..., C] -> [..., C]. See the module docstring for the gamma guard.
+    """
+
+    def call(self, inputs, training=None, mask=None):
+        if not (training and self.trainable) or mask is not None or self.renorm or (
+            self.axis not in (-1, len(inputs.shape) - 1)
+        ):
+            return super().call(inputs, training=training, mask=mask)
+        gamma, beta = _affine(self, inputs)
+        y, mean, variance = inplace_batch_norm(
+            inputs, gamma, beta, epsilon=self.epsilon, synchronized=self.synchronized
+        )
+        for var, value in ((self.moving_mean, mean), (self.moving_variance, variance)):
+            value = tf.stop_gradient(value)
+            var.assign(ops.cast(var, value.dtype) * self.momentum + value * (1.0 - self.momentum))
+        return ops.cast(y, self.compute_dtype)
+
+
+@keras.saving.register_keras_serializable(package="tfseg")
+class InplaceGroupNormalization(keras.layers.GroupNormalization):
+    """Drop-in twin of `keras.layers.GroupNormalization` that keeps only its output.
+
+    Same arguments, variables, names and order as the stock layer. Group norm has
+    no training mode, so it always keeps y and rebuilds x_hat in the backward pass;
+    channels-first axes run the stock code. Wu & He, "Group Normalization", ECCV
+    2018, https://arxiv.org/abs/1803.08494. Shapes: [N, ..., C] -> [N, ..., C].
+    """
+
+    def call(self, inputs):
+        if self.axis not in (-1, len(inputs.shape) - 1):
+            return super().call(inputs)
+        gamma, beta = _affine(self, inputs)
+        y = inplace_group_norm(inputs, gamma, beta, groups=self.groups, epsilon=self.epsilon)
+        return ops.cast(y, self.compute_dtype)
