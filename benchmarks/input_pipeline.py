@@ -1,0 +1,153 @@
+"""Input pipeline throughput on Cityscapes-size images (1024x2048 PNG + labelIds).
+
+Usage: python benchmarks/input_pipeline.py [--num_images N] [--out_dir DIR] [--repeat R]
+
+Compares (a) a naive Python generator (PIL decode, numpy, per-class one-hot in
+Python loops, as a hand-written keras Sequence often does), (b) tfseg on
+PNG, (c) tfseg on TFRecords (encoded and raw), (d) a decode-only upper bound
+(parallel read + PNG decode of image and label, nothing else), plus a
+per-stage breakdown of the PNG pipeline. Prints a table and one JSON line.
+"""
+
+import argparse
+import gc
+import json
+import os
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from tfseg.data import (DataConfig, build_dataset, cityscapes, pairs_dataset,  # noqa: E402
+                        pairs_to_examples, transforms, write_synthetic_cityscapes,
+                        write_tfrecords)
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def naive_generator(pairs, batch_size):
+    """What a typical hand-written generator does, per image, in Python."""
+    batch_x, batch_y = [], []
+    for image_path, label_path in pairs:
+        image = np.asarray(Image.open(image_path).convert("RGB"), np.float32) / 127.5 - 1.0
+        ids = np.asarray(Image.open(label_path))
+        train_ids = np.full(ids.shape, 255, np.uint8)
+        for label_id, train_id in cityscapes.LABEL_ID_TO_TRAIN_ID.items():
+            train_ids[ids == label_id] = train_id
+        onehot = np.zeros(ids.shape + (cityscapes.NUM_CLASSES,), np.float32)
+        for k in range(cityscapes.NUM_CLASSES):
+            onehot[..., k] = train_ids == k
+        batch_x.append(image)
+        batch_y.append(onehot)
+        if len(batch_x) == batch_size:
+            yield np.stack(batch_x), np.stack(batch_y)
+            batch_x, batch_y = [], []
+
+
+def images_per_second(make_iterable, images_per_epoch, repeat):
+    """Warm up on one element, then time ``repeat`` full passes."""
+    warm = iter(make_iterable())
+    next(warm)
+    # A live warm-up iterator keeps prefetching in the background and would
+    # steal CPU from the timed passes.
+    del warm
+    gc.collect()
+    start = time.perf_counter()
+    for _ in range(repeat):
+        for _ in make_iterable():
+            pass
+    return images_per_epoch * repeat / (time.perf_counter() - start)
+
+
+def stage_datasets(source, crop, batch_size, seed=0):
+    """Cumulative pipelines: read -> +decode -> +augment -> +batch."""
+    files = pairs_dataset(source.pairs)
+    read = files.map(lambda i, l: (tf.io.read_file(i), tf.io.read_file(l)),
+                     num_parallel_calls=AUTOTUNE)
+    decoded = pairs_to_examples(files, source)
+    seeds = tf.data.Dataset.random(seed=seed).batch(2)
+    augmented = tf.data.Dataset.zip(decoded, seeds).map(
+        lambda ex, s: transforms.train_transform(ex[0], ex[1], s, crop),
+        num_parallel_calls=AUTOTUNE)
+    return dict(read=read, decode=decoded, augment=augmented,
+                batch=augmented.batch(batch_size, drop_remainder=True).prefetch(AUTOTUNE))
+
+
+def decode_only(source):
+    """Upper bound: parallel read + PNG decode of both files, nothing else."""
+    return pairs_dataset(source.pairs).map(
+        lambda i, l: (tf.io.decode_png(tf.io.read_file(i), channels=3),
+                      tf.io.decode_png(tf.io.read_file(l), channels=1)),
+        num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num_images", type=int, default=16)
+    parser.add_argument("--out_dir", default=os.path.join(tempfile.gettempdir(),
+                                                          "tfseg_bench_input"))
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--batch_size", type=int, default=4)
+    parser.add_argument("--crop", type=int, nargs=2, default=(512, 1024))
+    args = parser.parse_args()
+    n, crop, batch = args.num_images, tuple(args.crop), args.batch_size
+    usable = n // batch * batch
+
+    start = time.perf_counter()
+    root = write_synthetic_cityscapes(os.path.join(args.out_dir, "png"), n, 0, 1024, 2048, seed=0)
+    source = cityscapes.source(root, "train")
+    records = {}
+    for raw in (False, True):
+        out = os.path.join(args.out_dir, "tfrecord_raw" if raw else "tfrecord")
+        if not os.path.isfile(os.path.join(out, "train.json")):
+            write_tfrecords(source, out, "train", num_shards=4, raw=raw)
+        records[raw] = out
+    print(f"data ready in {time.perf_counter() - start:.1f}s ({n} images, 1024x2048) "
+          f"under {args.out_dir}; {os.cpu_count()} CPUs")
+
+    def config(dataset, data_root):
+        return DataConfig(dataset=dataset, root=data_root, crop_size=crop, batch_size=batch,
+                          seed=0)
+
+    # Datasets are built (traced) once, outside the timing, as in training.
+    png_ds = build_dataset(config("cityscapes", root), True)
+    record_ds = build_dataset(config("tfrecord", records[False]), True)
+    raw_ds = build_dataset(config("tfrecord", records[True]), True)
+    bound_ds = decode_only(source)
+    pipelines = {
+        "naive_python": (lambda: naive_generator(source.pairs, batch), usable, 1),
+        "tfseg_png": (lambda: png_ds, usable, args.repeat),
+        "tfseg_tfrecord": (lambda: record_ds, usable, args.repeat),
+        "tfseg_tfrecord_raw": (lambda: raw_ds, usable, args.repeat),
+        "decode_only": (lambda: bound_ds, n, args.repeat),
+    }
+    results = {name: images_per_second(make, count, repeat)
+               for name, (make, count, repeat) in pipelines.items()}
+    stages = {name: images_per_second(lambda ds=ds: ds, usable if name == "batch" else n,
+                                      args.repeat)
+              for name, ds in stage_datasets(source, crop, batch).items()}
+
+    print(f"\n{'pipeline':<22}{'images/s':>10}{'vs naive':>10}{'vs decode-only':>16}")
+    for name, rate in results.items():
+        print(f"{name:<22}{rate:>10.2f}{rate / results['naive_python']:>9.1f}x"
+              f"{rate / results['decode_only']:>15.2f}x")
+    print(f"\n{'stage (cumulative)':<22}{'images/s':>10}")
+    for name, rate in stages.items():
+        print(f"{name:<22}{rate:>10.2f}")
+    print(json.dumps(dict(
+        num_images=n, crop=list(crop), batch_size=batch, repeat=args.repeat,
+        cpus=os.cpu_count(), images_per_s={k: round(v, 3) for k, v in results.items()},
+        stages_images_per_s={k: round(v, 3) for k, v in stages.items()},
+        png_vs_naive=round(results["tfseg_png"] / results["naive_python"], 2),
+        png_vs_decode_only=round(results["tfseg_png"] / results["decode_only"], 3),
+        tfrecord_vs_png=round(results["tfseg_tfrecord"] / results["tfseg_png"], 2),
+        tfrecord_raw_vs_png=round(results["tfseg_tfrecord_raw"] / results["tfseg_png"], 2),
+    )))
+
+
+if __name__ == "__main__":
+    main()

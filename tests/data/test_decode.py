@@ -1,0 +1,93 @@
+"""Bad input: real broken files, strict errors naming them, and skip mode."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfseg.data import DataStats, cityscapes, pairs_dataset, pairs_to_examples
+from tests.data.trees import cityscapes_tree, save
+
+
+def _break_image(path, kind):
+    """Replace the image at ``path`` with a broken or unusual one; True if still valid."""
+    good = open(path, "rb").read()
+    rng = np.random.default_rng(0)
+    if kind == "truncated":
+        open(path, "wb").write(good[: len(good) // 2])
+    elif kind == "random_bytes":
+        open(path, "wb").write(rng.integers(0, 256, 300, dtype=np.uint8).tobytes())
+    elif kind == "empty":
+        open(path, "wb").write(b"")
+    elif kind == "grayscale":
+        save(path, rng.integers(0, 256, (12, 16), dtype=np.uint8), "L")
+    elif kind == "rgba":
+        save(path, rng.integers(0, 256, (12, 16, 4), dtype=np.uint8), "RGBA")
+    elif kind == "16bit":
+        save(path, rng.integers(0, 65536, (12, 16)).astype(np.uint16))
+    return kind in ("grayscale", "rgba", "16bit")
+
+
+def _examples(root, skip=False, stats=None):
+    source = cityscapes.source(str(root), "train")
+    ds = pairs_to_examples(pairs_dataset(source.pairs), source, skip, stats, deterministic=True)
+    return [(i.numpy(), l.numpy()) for i, l in ds]
+
+
+@pytest.mark.parametrize("kind", ["truncated", "random_bytes", "empty"])
+def test_corrupt_image_error_names_the_file(tmp_path, kind):
+    pairs = cityscapes_tree(tmp_path, n=3)
+    _break_image(pairs[1][0], kind)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=pairs[1][0]):
+        _examples(tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["grayscale", "rgba", "16bit"])
+def test_unusual_images_are_accepted_and_converted(tmp_path, kind):
+    pairs = cityscapes_tree(tmp_path, n=1)
+    _break_image(pairs[0][0], kind)
+    (image, _), = _examples(tmp_path)
+    assert image.shape == (12, 16, 3) and image.dtype == np.uint8
+    if kind == "grayscale":
+        np.testing.assert_array_equal(image[..., 0], image[..., 2])
+
+
+@pytest.mark.parametrize("label", [
+    np.zeros((12, 16, 3), np.uint8),        # RGB "labelIds"
+    np.full((12, 16), 7, np.uint16),        # 16-bit
+])
+def test_labels_of_the_wrong_kind_are_rejected_by_name(tmp_path, label):
+    pairs = cityscapes_tree(tmp_path, n=1)
+    save(pairs[0][1], label)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=pairs[0][1] + " is not a single"):
+        _examples(tmp_path)
+
+
+def test_corrupt_label_is_named(tmp_path):
+    pairs = cityscapes_tree(tmp_path, n=1)
+    good = open(pairs[0][1], "rb").read()
+    open(pairs[0][1], "wb").write(good[:60])
+    with pytest.raises(tf.errors.InvalidArgumentError, match=pairs[0][1]):
+        _examples(tmp_path)
+
+
+def test_size_mismatch_names_both_files(tmp_path):
+    pairs = cityscapes_tree(tmp_path, n=1)
+    save(pairs[0][1], np.full((12, 15), 7, np.uint8))
+    with pytest.raises(tf.errors.InvalidArgumentError) as error:
+        _examples(tmp_path)
+    assert pairs[0][0] in str(error.value) and pairs[0][1] in str(error.value)
+    assert "12x16" in str(error.value) and "12x15" in str(error.value)
+
+
+def test_skip_mode_counts_logs_and_drops_bad_pairs(tmp_path, capfd):
+    pairs = cityscapes_tree(tmp_path, n=5)
+    _break_image(pairs[0][0], "truncated")
+    _break_image(pairs[2][0], "random_bytes")
+    save(pairs[3][1], np.full((3, 3), 7, np.uint8))
+    stats = DataStats()
+    good = _examples(tmp_path, skip=True, stats=stats)
+    assert len(good) == 2
+    assert stats.as_dict()["bad_examples"] == 3
+    log = capfd.readouterr().err
+    for bad in (pairs[0][0], pairs[2][0], pairs[3][1]):
+        assert bad in log

@@ -1,0 +1,101 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfseg.data import DataConfig, DataStats, build_dataset, distribute, get_source
+from tests.data.trees import voc_tree
+
+
+def _config(root, **kwargs):
+    return DataConfig(**{**dict(dataset="cityscapes", root=root, crop_size=(32, 48),
+                                batch_size=2, seed=5, deterministic=True), **kwargs})
+
+
+def _arrays(dataset):
+    return [(i.numpy(), l.numpy()) for i, l in dataset]
+
+
+def test_training_batches_contract(synthetic_root):
+    batches = _arrays(build_dataset(_config(synthetic_root, jitter=True), training=True))
+    assert len(batches) == 3  # 6 images, remainder dropped
+    for image, label in batches:
+        assert image.shape == (2, 32, 48, 3) and image.dtype == np.float32
+        assert label.shape == (2, 32, 48) and label.dtype == np.int32
+        assert -1.0 <= image.min() and image.max() <= 1.0
+        assert set(np.unique(label)) <= {0, 1, 2, 7, 8, 10, 11, 13, 255}
+
+
+def test_seeded_deterministic_training_is_reproducible_and_epochs_differ(synthetic_root):
+    dataset = build_dataset(_config(synthetic_root), training=True)
+    epoch1, epoch2 = _arrays(dataset), _arrays(dataset)
+    again = _arrays(build_dataset(_config(synthetic_root), training=True))
+    for (a, b), (c, d) in zip(epoch1, again):
+        np.testing.assert_array_equal(a, c)
+        np.testing.assert_array_equal(b, d)
+    assert not all(np.array_equal(a, c) for (a, _), (c, _) in zip(epoch1, epoch2))
+
+
+def test_eval_is_full_images_in_file_order(synthetic_root):
+    batches = _arrays(build_dataset(_config(synthetic_root, split="val"), training=False))
+    assert [b[0].shape for b in batches] == [(2, 48, 80, 3), (1, 48, 80, 3)]
+
+
+def test_eval_pads_images_of_different_sizes(tmp_path):
+    labels = voc_tree(tmp_path)
+    config = DataConfig(dataset="voc", root=str(tmp_path), split="train", batch_size=2)
+    (image, label), = _arrays(build_dataset(config, training=False))
+    assert image.shape == (2, 12, 14, 3) and label.shape == (2, 12, 14)
+    np.testing.assert_array_equal(label[1, :, :9], labels[1])
+    assert np.all(label[1, :, 9:] == 255) and np.all(image[1, :, 9:] == 0)
+
+
+def test_cache_gives_the_same_eval_batches(synthetic_root, tmp_path):
+    plain = _arrays(build_dataset(_config(synthetic_root), training=False))
+    for cache in (True, str(tmp_path / "cache")):
+        cached = build_dataset(_config(synthetic_root, cache=cache), training=False)
+        for _ in range(2):
+            for (a, b), (c, d) in zip(plain, _arrays(cached)):
+                np.testing.assert_array_equal(a, c)
+                np.testing.assert_array_equal(b, d)
+    assert len(_arrays(build_dataset(_config(synthetic_root, cache=True), training=True))) == 3
+
+
+def test_synthetic_kind_writes_then_reads(tmp_path):
+    config = DataConfig(dataset="synthetic", root=str(tmp_path), split="val", batch_size=5)
+    assert get_source(config).num_classes == 19
+    image, label = _arrays(build_dataset(config, training=False))[0]
+    assert image.shape == (5, 128, 256, 3)
+
+
+def test_distribute_fetches_to_device(synthetic_root):
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    dataset = distribute(build_dataset(_config(synthetic_root), training=True), strategy)
+    image, label = next(iter(dataset))
+    assert image.shape == (2, 32, 48, 3) and label.shape == (2, 32, 48)
+
+
+def test_data_service_elements_equal_local(synthetic_root):
+    service = tf.data.experimental.service
+    dispatcher = service.DispatchServer(service.DispatcherConfig(port=0))
+    address = dispatcher.target.split("://")[1]
+    worker = service.WorkerServer(service.WorkerConfig(  # noqa: F841  (kept alive)
+        dispatcher_address=address, worker_address="localhost:%port%", port=0))
+    assert address.startswith("localhost:")
+    for training in (True, False):
+        local = _arrays(build_dataset(_config(synthetic_root), training))
+        remote = _arrays(build_dataset(_config(synthetic_root, data_service=dispatcher.target),
+                                       training))
+        assert len(local) == len(remote) > 0
+        for (a, b), (c, d) in zip(local, remote):
+            np.testing.assert_array_equal(a, c)
+            np.testing.assert_array_equal(b, d)
+
+
+def test_config_validation_and_stats_with_service(synthetic_root):
+    with pytest.raises(ValueError, match="dataset"):
+        DataConfig(dataset="coco")
+    with pytest.raises(ValueError, match="grpc"):
+        DataConfig(data_service="localhost:5000")
+    with pytest.raises(ValueError, match="service"):
+        build_dataset(_config(synthetic_root, data_service="grpc://localhost:1"), True,
+                      DataStats())

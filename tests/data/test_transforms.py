@@ -1,0 +1,102 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfseg.data import transforms
+from tests.data.conftest import run_eager_and_in_map
+
+COLOURS = np.array([(200, 30, 30), (30, 200, 30), (30, 30, 200), (220, 220, 40)], np.float32)
+
+
+def _scene(seed=0, size=(60, 84), block=10):
+    """Label made of square blocks of random classes (some 255); image colour = f(class)."""
+    rng = np.random.default_rng(seed)
+    blocks = rng.choice([0, 1, 2, 3, 255], size=(size[0] // block + 1, size[1] // block + 1))
+    label = np.kron(blocks, np.ones((block, block), int))[:size[0], :size[1]].astype(np.int32)
+    image = np.where(label[..., None] == 255, 0, COLOURS[np.minimum(label, 3)])
+    return image.astype(np.uint8), label
+
+
+def _interior(label, radius=2):
+    """Pixels whose (2r+1)^2 neighbourhood has a single label (away from class edges)."""
+    padded = np.pad(label, radius, mode="edge")
+    same = np.ones(label.shape, bool)
+    h, w = label.shape
+    for dy in range(2 * radius + 1):
+        for dx in range(2 * radius + 1):
+            same &= padded[dy:dy + h, dx:dx + w] == label
+    return same
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("crop", [(32, 48), (96, 120)])  # smaller and larger than the image
+def test_scale_crop_keeps_labels_and_alignment(seed, crop):
+    image, label = _scene(seed)
+    out_image, out_label = transforms.random_scale_crop(
+        image, label, tf.constant([seed, 7]), crop, (0.5, 2.0))
+    out_image, out_label = out_image.numpy(), out_label.numpy()
+    assert out_image.shape == crop + (3,) and out_label.shape == crop
+    assert set(np.unique(out_label)) <= set(np.unique(label)) | {255}
+    inside = _interior(out_label) & (out_label != 255)
+    assert inside.sum() > 30  # the alignment check below is not vacuous
+    np.testing.assert_allclose(out_image[inside], COLOURS[out_label[inside]], atol=1.0)
+    # Padding, where present, is the mean colour under label 255.
+    padding = np.all(out_image == transforms.PAD_VALUE, axis=-1)
+    assert np.all(out_label[padding] == 255)
+
+
+def test_scale_crop_identity_at_scale_one():
+    image, label = _scene(1)
+    out_image, out_label = transforms.random_scale_crop(
+        image, label, tf.constant([1, 2]), label.shape, (1.0, 1.0))
+    np.testing.assert_allclose(out_image.numpy(), image, atol=0.5)
+    np.testing.assert_array_equal(out_label.numpy(), label)
+
+
+def test_flip_moves_image_and_label_together():
+    image, label = _scene(2)
+    flipped = [transforms.random_flip(image, label, tf.constant([s, 0])) for s in range(8)]
+    kinds = set()
+    for out_image, out_label in flipped:
+        same = np.array_equal(out_label.numpy(), label)
+        kinds.add(same)
+        want = (image, label) if same else (image[:, ::-1], label[:, ::-1])
+        np.testing.assert_array_equal(out_image.numpy(), want[0])
+        np.testing.assert_array_equal(out_label.numpy(), want[1])
+    assert kinds == {True, False}
+
+
+def test_jitter_changes_colour_within_range():
+    image, _ = _scene(3)
+    out = transforms.photometric_jitter(image, tf.constant([3, 3])).numpy()
+    assert out.shape == image.shape and out.min() >= 0 and out.max() <= 255
+    assert not np.allclose(out, image)
+
+
+def test_normalize_range():
+    out = transforms.normalize(np.array([0, 127.5, 255], np.float32)).numpy()
+    np.testing.assert_allclose(out, [-1, 0, 1])
+
+
+@pytest.mark.parametrize("name", ["scale_crop", "flip", "jitter", "train", "eval"])
+def test_every_transform_runs_eagerly_and_in_dataset_map(name):
+    image, label = _scene(4)
+    seed = tf.constant([4, 2], tf.int64)
+    fn = {
+        "scale_crop": lambda i, l, s: transforms.random_scale_crop(i, l, s, (24, 40)),
+        "flip": transforms.random_flip,
+        "jitter": lambda i, l, s: transforms.photometric_jitter(i, s),
+        "train": lambda i, l, s: transforms.train_transform(i, l, s, (24, 40), jitter=True),
+        "eval": lambda i, l, s: transforms.eval_transform(i, l),
+    }[name]
+    eager, mapped = run_eager_and_in_map(fn, tf.constant(image), tf.constant(label), seed)
+    for a, b in zip(tf.nest.flatten(eager), tf.nest.flatten(mapped)):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_train_transform_output_contract():
+    image, label = _scene(5)
+    out_image, out_label = transforms.train_transform(image, label, tf.constant([5, 5]),
+                                                      (24, 40), jitter=True)
+    assert out_image.dtype == tf.float32 and out_label.dtype == tf.int32
+    assert -1.0 <= out_image.numpy().min() and out_image.numpy().max() <= 1.0

@@ -1,0 +1,33 @@
+"""tfseg input pipelines: data set readers, transformations and tf.data builders."""
+
+from tfseg.data import camvid, cityscapes, png, synthetic, transforms, voc
+from tfseg.data.config import DATASETS, DataConfig
+from tfseg.data.decode import load_pair, pairs_dataset, pairs_to_examples
+from tfseg.data.pipeline import build_dataset, distribute, get_source
+from tfseg.data.source import IGNORE_LABEL, Source
+from tfseg.data.stats import DataStats
+from tfseg.data.synthetic import write_synthetic_cityscapes
+from tfseg.data.tfrecords import read_tfrecords, write_tfrecords
+
+__all__ = [
+    "DATASETS",
+    "DataConfig",
+    "DataStats",
+    "IGNORE_LABEL",
+    "Source",
+    "build_dataset",
+    "camvid",
+    "cityscapes",
+    "distribute",
+    "get_source",
+    "load_pair",
+    "pairs_dataset",
+    "pairs_to_examples",
+    "png",
+    "read_tfrecords",
+    "synthetic",
+    "transforms",
+    "voc",
+    "write_synthetic_cityscapes",
+    "write_tfrecords",
+]

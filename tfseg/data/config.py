@@ -1,0 +1,64 @@
+"""``DataConfig``: everything that shapes an input pipeline, in one frozen value."""
+
+import dataclasses
+from typing import Optional, Tuple, Union
+
+DATASETS = ("cityscapes", "voc", "camvid", "synthetic", "tfrecord")
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Input pipeline settings (library code takes this, never absl FLAGS).
+
+    Attributes:
+      dataset: one of ``DATASETS``. "synthetic" writes the default synthetic
+        Cityscapes-layout set under ``root`` if it is not complete there, then
+        reads it as Cityscapes. "tfrecord" reads shards from ``write_tfrecords``.
+      root: data set folder (for "voc": the VOC2012 folder).
+      split: "train", "val", ...
+      crop_size: training crop (height, width), each >= 2.
+      batch_size: examples per batch. Training batches are full (remainder
+        dropped, static shapes); evaluation keeps the last partial batch and
+        pads different-sized images (image 0 = mean, label 255).
+      scale_range: training random scale (min, max).
+      flip: training random horizontal flip.
+      jitter: training photometric jitter.
+      cache: False, True (in memory) or a file path prefix; caches decoded
+        examples before augmentation.
+      deterministic: keep element order fixed under parallelism (with a seed,
+        training batches are then reproducible).
+      shuffle_buffer: element shuffle buffer, used where the file order cannot
+        be shuffled instead (after a cache, and for TFRecords).
+      skip_bad_examples: log, count and drop bad files instead of failing.
+      data_service: "grpc://HOST:PORT" of a tf.data service dispatcher to run
+        the preprocessing on, or None for in-process.
+      seed: shuffling and augmentation seed; None for fresh randomness.
+    """
+
+    dataset: str = "cityscapes"
+    root: str = ""
+    split: str = "train"
+    crop_size: Tuple[int, int] = (513, 513)
+    batch_size: int = 8
+    scale_range: Tuple[float, float] = (0.5, 2.0)
+    flip: bool = True
+    jitter: bool = False
+    cache: Union[bool, str] = False
+    deterministic: bool = False
+    shuffle_buffer: int = 64
+    skip_bad_examples: bool = False
+    data_service: Optional[str] = None
+    seed: Optional[int] = None
+
+    def __post_init__(self):
+        if self.dataset not in DATASETS:
+            raise ValueError(f"tfseg: dataset must be one of {DATASETS}, got {self.dataset!r}")
+        if min(self.crop_size) < 2:
+            raise ValueError(f"tfseg: crop_size must be at least 2x2, got {self.crop_size}")
+        if not 0 < self.scale_range[0] <= self.scale_range[1]:
+            raise ValueError(f"tfseg: bad scale_range {self.scale_range}")
+        if self.batch_size < 1:
+            raise ValueError(f"tfseg: batch_size must be >= 1, got {self.batch_size}")
+        if self.data_service is not None and not self.data_service.startswith("grpc://"):
+            raise ValueError(f"tfseg: data_service must look like grpc://HOST:PORT, "
+                             f"got {self.data_service!r}")

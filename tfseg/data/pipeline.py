@@ -1,0 +1,99 @@
+"""Build the tf.data input pipeline from a ``DataConfig``.
+
+Order of stages (training): file list -> shuffle file list -> parallel
+read+decode+label mapping -> [cache -> shuffle] -> augment with per-element
+stateless seeds -> batch -> [tf.data service] -> prefetch. File-list shuffling
+is free; element shuffling is only used where the file order is frozen.
+"""
+
+import tensorflow as tf
+
+from tfseg.data import camvid, cityscapes, tfrecords, voc
+from tfseg.data.decode import pairs_dataset, pairs_to_examples
+from tfseg.data.source import IGNORE_LABEL, Source
+from tfseg.data.synthetic import write_synthetic_cityscapes
+from tfseg.data.transforms import eval_transform, train_transform
+
+_READERS = {"cityscapes": cityscapes.source, "voc": voc.source, "camvid": camvid.source}
+
+
+def get_source(config):
+    """The ``Source`` (files, classes, palette) that ``config`` reads.
+
+    For "tfrecord" the pairs are empty and the classes come from the metadata.
+    """
+    if config.dataset == "tfrecord":
+        meta = tfrecords.read_metadata(config.root, config.split)
+        return Source(meta["source"], (), tuple(meta["class_names"]),
+                      tf.constant(meta["palette"], tf.uint8).numpy(), None, None, "")
+    if config.dataset == "synthetic":
+        write_synthetic_cityscapes(config.root)
+        return cityscapes.source(config.root, config.split)
+    return _READERS[config.dataset](config.root, config.split)
+
+
+def _examples(config, training, stats):
+    """Decoded (image uint8 [H, W, 3], label int32 [H, W]) in file or shuffled order."""
+    deterministic = config.deterministic or not training
+    if config.dataset == "tfrecord":
+        return tfrecords.read_tfrecords(config.root, config.split, training, config.seed,
+                                        deterministic)
+    source = get_source(config)
+    files = pairs_dataset(source.pairs)
+    if training and not config.cache:
+        files = files.shuffle(len(source.pairs), seed=config.seed, reshuffle_each_iteration=True)
+    return pairs_to_examples(files, source, config.skip_bad_examples, stats,
+                             deterministic=deterministic)
+
+
+def build_dataset(config, training, stats=None):
+    """The batched dataset for ``config``.
+
+    Args:
+      config: a ``DataConfig``.
+      training: augment and shuffle (crops of ``config.crop_size``), else full
+        images, always in file order (``config.deterministic`` is implied).
+      stats: optional ``DataStats`` to count bad examples and unknown label
+        pixels (not with ``data_service``: the counting would happen remotely).
+
+    Returns:
+      tf.data.Dataset of (image float32 [B, H, W, 3] in [-1, 1],
+      label int32 [B, H, W] with class ids or 255 = ignore).
+    """
+    if stats is not None and config.data_service:
+        raise ValueError("tfseg: DataStats cannot count on tf.data service workers")
+    examples = _examples(config, training, stats)
+    if config.cache:
+        examples = examples.cache("" if config.cache is True else config.cache)
+    if training:
+        if config.cache or config.dataset == "tfrecord":
+            examples = examples.shuffle(config.shuffle_buffer, seed=config.seed,
+                                        reshuffle_each_iteration=True)
+        # One stateless seed per element: reproducible under any parallelism.
+        seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True).batch(2)
+        batches = tf.data.Dataset.zip(examples, seeds).map(
+            lambda example, seed: train_transform(
+                example[0], example[1], seed, config.crop_size, config.scale_range, config.flip,
+                config.jitter),
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic,
+        ).batch(config.batch_size, drop_remainder=True)
+    else:
+        batches = examples.map(eval_transform, num_parallel_calls=tf.data.AUTOTUNE,
+                               deterministic=True).padded_batch(
+            config.batch_size, padding_values=(0.0, IGNORE_LABEL))
+    if config.data_service:
+        batches = batches.apply(tf.data.experimental.service.distribute(
+            processing_mode="parallel_epochs", service=config.data_service))
+    options = tf.data.Options()
+    options.deterministic = config.deterministic or not training
+    return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
+
+
+def distribute(dataset, strategy):
+    """Distribute ``dataset`` with ``strategy``, prefetching batches onto the device.
+
+    Uses ``InputOptions(experimental_fetch_to_device=True)`` (the successor to
+    ``prefetch_to_device``), so the host->device copy overlaps the step.
+    """
+    return strategy.experimental_distribute_dataset(
+        dataset, tf.distribute.InputOptions(experimental_fetch_to_device=True))

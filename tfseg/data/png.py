@@ -1,0 +1,127 @@
+"""Pure-TF PNG header inspection and palette-index decoding.
+
+Everything here is made of TF ops (no ``py_function``), so it serialises into
+the tf.data graph and runs unchanged on tf.data service workers.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+GRAY, RGB, PALETTE, GRAY_ALPHA, RGBA = 0, 2, 3, 4, 6
+
+# Signature (8) + IHDR length/type (8) + IHDR data (13) + IHDR CRC (4).
+_HEAD_LEN = 33
+
+
+def _crc_table():
+    table = np.zeros(256, np.int64)
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (0xEDB88320 ^ (c >> 1)) if c & 1 else (c >> 1)
+        table[n] = c
+    return table
+
+
+_CRC_TABLE = _crc_table()
+_BYTE_STRINGS = [bytes([i]) for i in range(256)]
+
+
+def header(contents):
+    """Parse a PNG's IHDR without decoding pixels.
+
+    Args:
+      contents: scalar tf.string, the file's bytes (any length, may be garbage).
+
+    Returns:
+      dict of scalar tensors: ``is_png`` (bool: signature and IHDR present),
+      ``height``, ``width``, ``bit_depth``, ``colour_type`` (int32; meaningless
+      when ``is_png`` is False).
+    """
+    # Pad so that short or empty files still give 33 bytes to look at.
+    padded = tf.strings.join([contents, b"\0" * _HEAD_LEN])
+    head = tf.io.decode_raw(tf.strings.substr(padded, 0, _HEAD_LEN), tf.uint8)
+    head = tf.cast(tf.reshape(head, [_HEAD_LEN]), tf.int64)
+    signature = tf.constant(list(PNG_SIGNATURE) + list(b"IHDR"), tf.int64)
+    is_png = tf.logical_and(
+        tf.reduce_all(tf.equal(tf.concat([head[:8], head[12:16]], 0), signature)),
+        tf.strings.length(contents) > _HEAD_LEN,
+    )
+
+    def be32(offset):
+        b = head[offset:offset + 4]
+        return tf.cast(b[0] * 2**24 + b[1] * 2**16 + b[2] * 2**8 + b[3], tf.int32)
+
+    return dict(
+        is_png=is_png,
+        width=be32(16),
+        height=be32(20),
+        bit_depth=tf.cast(head[24], tf.int32),
+        colour_type=tf.cast(head[25], tf.int32),
+    )
+
+
+def is_index_png(hdr):
+    """True for single-channel class-id PNGs: grayscale or palette, <= 8 bits."""
+    depth_ok = tf.reduce_any(tf.equal(hdr["bit_depth"], [1, 2, 4, 8]))
+    type_ok = tf.reduce_any(tf.equal(hdr["colour_type"], [GRAY, PALETTE]))
+    return hdr["is_png"] & depth_ok & type_ok
+
+
+def is_colour_png(hdr):
+    """True for 8-bit colour PNGs (RGB, RGBA or palette) usable as colour labels."""
+    rgb = tf.reduce_any(tf.equal(hdr["colour_type"], [RGB, RGBA])) & tf.equal(hdr["bit_depth"], 8)
+    pal = tf.equal(hdr["colour_type"], PALETTE)
+    return hdr["is_png"] & (rgb | pal)
+
+
+def crc32(byte_values):
+    """CRC-32 (as in PNG/zlib) of a static-length int64 vector of byte values."""
+    crc = tf.constant(0xFFFFFFFF, tf.int64)
+    table = tf.constant(_CRC_TABLE)
+    for i in range(int(byte_values.shape[0])):
+        index = tf.bitwise.bitwise_and(tf.bitwise.bitwise_xor(crc, byte_values[i]), 0xFF)
+        crc = tf.bitwise.bitwise_xor(tf.gather(table, index), tf.bitwise.right_shift(crc, 8))
+    return tf.bitwise.bitwise_xor(crc, 0xFFFFFFFF)
+
+
+def decode_index_png(contents):
+    """Decode a grayscale or palette PNG to its stored *indices*, in pure TF.
+
+    ``tf.io.decode_png`` expands a palette PNG to the palette's colours, and
+    mapping colours back to indices is ambiguous whenever two palette entries
+    share a colour (common: unused entries are all black). Instead this
+    rewrites the IHDR colour type from 3 (palette) to 0 (grayscale) and fixes
+    the IHDR CRC; the pixel data of a palette PNG *is* its index stream, so
+    libpng then returns the indices exactly (it ignores the now-unused PLTE).
+    Sub-byte depths (1/2/4 bits, which PIL writes for small palettes) come
+    back scaled to 0-255 by libpng and are divided back.
+
+    Args:
+      contents: scalar tf.string, bytes of a PNG accepted by ``is_index_png``.
+
+    Returns:
+      uint8 tensor [H, W] of indices.
+    """
+    hdr = header(contents)
+
+    def as_grayscale():
+        head = tf.io.decode_raw(tf.strings.substr(contents, 0, _HEAD_LEN), tf.uint8)
+        head = tf.cast(tf.reshape(head, [_HEAD_LEN]), tf.int64)
+        gray_ihdr = tf.concat([head[12:25], tf.zeros([1], tf.int64), head[26:29]], 0)
+        crc = crc32(gray_ihdr)
+        crc_bytes = tf.stack([tf.bitwise.bitwise_and(tf.bitwise.right_shift(crc, s), 0xFF)
+                              for s in (24, 16, 8, 0)])
+        return tf.strings.reduce_join(tf.concat([
+            [tf.strings.substr(contents, 0, 25), b"\0", tf.strings.substr(contents, 26, 3)],
+            tf.gather(tf.constant(_BYTE_STRINGS), crc_bytes),
+            [tf.strings.substr(contents, _HEAD_LEN, tf.strings.length(contents) - _HEAD_LEN)],
+        ], 0))
+
+    # cond, not where: grayscale files skip the patch (a copy of the whole file).
+    indexed = tf.cond(tf.equal(hdr["colour_type"], PALETTE), as_grayscale, lambda: contents)
+    values = tf.io.decode_png(indexed, channels=1, dtype=tf.uint8)[..., 0]
+    depth = tf.minimum(hdr["bit_depth"], 8)
+    step = tf.cast(255 // (tf.bitwise.left_shift(1, depth) - 1), tf.uint8)
+    return values // step

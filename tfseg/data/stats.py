@@ -1,0 +1,40 @@
+"""Counters for data problems that the pipeline tolerates rather than raises."""
+
+import tensorflow as tf
+
+
+class DataStats:
+    """Running counts, updated from inside the tf.data graph.
+
+    Pass one to ``build_dataset(..., stats=...)``; read it with ``as_dict()``
+    at any time (e.g. after an epoch). The counters are ``tf.Variable``s, so
+    they see only work done in this process: not available together with the
+    tf.data service, and with ``cache`` only the first pass is counted.
+
+    Attributes:
+      bad_examples: pairs skipped because a file was unreadable, corrupt, of
+        the wrong kind or of mismatched size (``skip_bad_examples`` only).
+      unknown_label_pixels: label pixels whose stored id/colour is outside the
+        data set's known set (they were mapped to 255).
+      unknown_label_examples: examples with at least one such pixel.
+    """
+
+    def __init__(self):
+        self.bad_examples = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.unknown_label_pixels = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.unknown_label_examples = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def record(self, ok, unknown_pixels):
+        """Graph-side update for one example; returns the update ops."""
+        unknown_pixels = tf.cast(unknown_pixels, tf.int64)
+        return [
+            self.bad_examples.assign_add(1 - tf.cast(ok, tf.int64), read_value=False),
+            self.unknown_label_pixels.assign_add(unknown_pixels, read_value=False),
+            self.unknown_label_examples.assign_add(
+                tf.cast(unknown_pixels > 0, tf.int64), read_value=False),
+        ]
+
+    def as_dict(self):
+        """Current counts as a plain ``{name: int}`` dict."""
+        return {name: int(getattr(self, name).numpy()) for name in
+                ("bad_examples", "unknown_label_pixels", "unknown_label_examples")}
