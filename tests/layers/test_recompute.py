@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfseg import memory
 from tfseg.layers import Recompute
 from tfseg.models import LayerPolicy
 from tfseg.models.policy import separable_conv
@@ -10,9 +11,10 @@ from tfseg.models.policy import separable_conv
 
 def unit(channels=8, memory_saving=False):
     x = keras.Input((None, None, channels))
-    y = separable_conv(x, channels, LayerPolicy(memory_saving=memory_saving), "u_sepconv1")
-    y = separable_conv(y, channels, LayerPolicy(memory_saving=memory_saving), "u_sepconv2")
-    return keras.Model(x, keras.layers.Add()([x, y]), name="unit")
+    y = separable_conv(x, channels, LayerPolicy(), "u_sepconv1")
+    y = separable_conv(y, channels, LayerPolicy(), "u_sepconv2", rate=2)
+    model = keras.Model(x, keras.layers.Add()([x, y]), name="unit")
+    return memory.rewrite(model) if memory_saving else model
 
 
 def run(model, x, compiled):
@@ -36,8 +38,10 @@ def test_recompute_matches_plain_block_and_updates_statistics_once(compiled, mem
     x = tf.constant(np.random.RandomState(0).randn(2, 9, 7, 8).astype("float32"))
     expected, got = run(plain, x, compiled), run(wrapped, x, compiled)
     assert len(got) == len(expected) == 2 + 12  # loss, dx, 2 x (dw, bn, pw, bn)
+    scale = max(float(np.abs(a.numpy()).max()) for a in expected)
     for a, b in zip(expected, got):
-        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-4, atol=1e-5)
+        # Betas before a pointwise conv + norm have a true gradient of 0: compare to scale.
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-4, atol=1e-7 * scale)
     # One step moved the moving mean once, not twice.
     for a, b in zip(plain.non_trainable_weights, inner.non_trainable_weights):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-6, atol=1e-7)

@@ -8,17 +8,19 @@ from tfseg.layers.inplace_norm import (
     inplace_group_norm,
 )
 from tfseg.layers.recompute import Recompute
-from tfseg.layers.relu_depthwise import ReluDepthwiseConv2D, relu_depthwise_conv2d
+from tfseg.layers.fused_conv import LeanDepthwiseConv2D, ReluConv2D, ReluDepthwiseConv2D, lean_conv
 from tfseg.layers.resize import ResizeLike
 
 __all__ = [
     "GAMMA_EPSILON",
     "InplaceBatchNormalization",
     "InplaceGroupNormalization",
+    "LeanDepthwiseConv2D",
     "Recompute",
+    "ReluConv2D",
     "ReluDepthwiseConv2D",
     "ResizeLike",
     "inplace_batch_norm",
     "inplace_group_norm",
-    "relu_depthwise_conv2d",
+    "lean_conv",
 ]

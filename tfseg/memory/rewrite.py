@@ -9,7 +9,9 @@ import keras
 from tfseg.layers import (
     InplaceBatchNormalization,
     InplaceGroupNormalization,
+    LeanDepthwiseConv2D,
     Recompute,
+    ReluConv2D,
     ReluDepthwiseConv2D,
 )
 
@@ -39,14 +41,18 @@ class Segment:
 class Plan:
     """What `rewrite` changes, by layer name."""
 
-    fused: list = dataclasses.field(default_factory=list)  # (relu, depthwise) pairs
+    fused: list = dataclasses.field(default_factory=list)  # (relu, conv) pairs
+    lean: list = dataclasses.field(default_factory=list)  # dilated depthwise convs
     inplace: list = dataclasses.field(default_factory=list)  # norm layers
     recomputed: list = dataclasses.field(default_factory=list)  # segment names
+    replacements: dict = dataclasses.field(default_factory=dict, repr=False)
+    skipped: set = dataclasses.field(default_factory=set, repr=False)  # ReLU/pad nodes
 
     def __str__(self):
         return (
-            f"fused {len(self.fused)} ReLU+depthwise pairs, made {len(self.inplace)} norms "
-            f"output-only, recomputing {len(self.recomputed)} blocks"
+            f"fused {len(self.fused)} ReLU+conv pairs, made {len(self.lean)} dilated depthwise "
+            f"convs lean and {len(self.inplace)} norms output-only, recomputing "
+            f"{len(self.recomputed)} blocks"
         )
 
 
@@ -81,31 +87,64 @@ class _Graph:
         return users[0] if len(users) == 1 else None
 
 
-def plan(model, fuse_relu_depthwise=True, inplace_norm=True, recompute=None):
-    """Finds what `rewrite` would change; returns (Plan, skipped ReLU nodes, fused layers)."""
+def _relu_chain(graph, node):
+    """The ReLU [and ZeroPadding2D] nodes, in either order, that feed only `node`."""
+    relu = pad = None
+    current = node
+    while len(current.input_tensors) == 1:
+        history = current.input_tensors[0]._keras_history
+        parent = history.operation._inbound_nodes[history.node_index]
+        if parent.is_input or graph.only_consumer(parent) is not current:
+            break
+        layer = parent.operation
+        if relu is None and _is_plain_relu(layer):
+            relu = parent
+        elif pad is None and type(layer) is keras.layers.ZeroPadding2D and (
+            type(node.operation) is keras.layers.DepthwiseConv2D
+            and layer.data_format == "channels_last"
+        ):
+            pad = parent
+        else:
+            break
+        current = parent
+    return relu, pad
+
+
+def plan(model, fuse_relu_conv=True, inplace_norm=True, lean_dilated=True, recompute=None):
+    """Finds what `rewrite` would change, without building anything."""
     graph = _Graph(model)
-    result, skipped, fused = Plan(), set(), set()
+    result = Plan(recomputed=[segment.name for segment in recompute or ()])
     for node in graph.nodes:
         layer = node.operation
         if inplace_norm and type(layer) in _NORM_TWINS:
             result.inplace.append(layer.name)
-        if not (fuse_relu_depthwise and _is_plain_relu(layer)):
+            result.replacements[layer.name] = (_NORM_TWINS[type(layer)], {})
+        conv_types = (keras.layers.DepthwiseConv2D, keras.layers.Conv2D)
+        if type(layer) not in conv_types or len(layer._inbound_nodes) != 1:
             continue
-        # ReLU -> [ZeroPadding2D ->] DepthwiseConv2D; relu(pad(x)) == pad(relu(x)).
-        nxt = graph.only_consumer(node)
-        if nxt is not None and type(nxt.operation) is keras.layers.ZeroPadding2D:
-            nxt = graph.only_consumer(nxt)
-        if (
-            nxt is not None
-            and type(nxt.operation) is keras.layers.DepthwiseConv2D
-            and nxt.operation.data_format == "channels_last"
-            and len(nxt.operation._inbound_nodes) == 1
+        if layer.data_format != "channels_last" or getattr(layer, "groups", 1) != 1:
+            continue
+        relu, pad = _relu_chain(graph, node) if fuse_relu_conv else (None, None)
+        if relu is not None:
+            result.fused.append((relu.operation.name, layer.name))
+            result.skipped.add(id(relu))
+            extra = {}
+            if type(layer) is keras.layers.DepthwiseConv2D:
+                cls = ReluDepthwiseConv2D
+                if pad is not None:
+                    result.skipped.add(id(pad))
+                    extra["input_padding"] = pad.operation.padding
+            else:
+                cls = ReluConv2D
+            result.replacements[layer.name] = (cls, extra)
+        elif (
+            lean_dilated
+            and type(layer) is keras.layers.DepthwiseConv2D
+            and tuple(layer.dilation_rate) != (1, 1)
         ):
-            skipped.add(id(node))
-            fused.add(nxt.operation.name)
-            result.fused.append((layer.name, nxt.operation.name))
-    result.recomputed = [segment.name for segment in recompute or ()]
-    return result, skipped, fused
+            result.lean.append(layer.name)
+            result.replacements[layer.name] = (LeanDepthwiseConv2D, {})
+    return result
 
 
 def _segment_nodes(graph, segment):
@@ -135,23 +174,26 @@ def _segment_nodes(graph, segment):
     return inside, start, end._inbound_nodes[0]
 
 
-def rewrite(model, fuse_relu_depthwise=True, inplace_norm=True, recompute=None):
+def rewrite(model, fuse_relu_conv=True, inplace_norm=True, lean_dilated=True, recompute=None):
     """Returns a new functional model with the memory-saving twins and the same weights.
 
     Args:
       model: a functional `keras.Model`.
-      fuse_relu_depthwise: replace ReLU -> [ZeroPadding2D ->] DepthwiseConv2D, where
-        the ReLU output feeds only that conv, by `ReluDepthwiseConv2D`. ReLU6 and
-        leaky ReLU are left alone (their masks are not ReLU's).
+      fuse_relu_conv: replace ReLU [-> ZeroPadding2D] -> DepthwiseConv2D (either
+        order) by `ReluDepthwiseConv2D`, and ReLU -> Conv2D by `ReluConv2D`, where
+        each output feeds only the next layer. ReLU6 and leaky ReLU are left alone
+        (their masks are not ReLU's).
       inplace_norm: replace every stock `BatchNormalization` and
         `GroupNormalization` by its output-only twin.
+      lean_dilated: replace the other dilated `DepthwiseConv2D`s by
+        `LeanDepthwiseConv2D`, which does not keep a space-to-batch copy.
       recompute: a sequence of `Segment`s to wrap in `Recompute`.
 
     Everything else is rebuilt from its config unchanged. What was rewritten is
     logged on the "tfseg.memory" logger; `plan()` returns it without building.
     """
     graph = _Graph(model)
-    summary, skipped, fused = plan(model, fuse_relu_depthwise, inplace_norm, recompute)
+    summary = plan(model, fuse_relu_conv, inplace_norm, lean_dilated, recompute)
     segments = [(s, *_segment_nodes(graph, s)) for s in recompute or ()]
     in_segment = set().union(*(inside for _, inside, _, _ in segments)) if segments else set()
     segment_at_end = {id(end): (s, inside, start) for s, inside, start, end in segments}
@@ -159,12 +201,8 @@ def rewrite(model, fuse_relu_depthwise=True, inplace_norm=True, recompute=None):
 
     def twin(layer):
         if layer not in new_layers:
-            cls = type(layer)
-            if layer.name in fused:
-                cls = ReluDepthwiseConv2D
-            elif inplace_norm and cls in _NORM_TWINS:
-                cls = _NORM_TWINS[cls]
-            new_layers[layer] = cls.from_config(layer.get_config())
+            cls, extra = summary.replacements.get(layer.name, (type(layer), {}))
+            new_layers[layer] = cls.from_config({**layer.get_config(), **extra})
         return new_layers[layer]
 
     def run(nodes, tensors, outer=True):
@@ -179,7 +217,7 @@ def rewrite(model, fuse_relu_depthwise=True, inplace_norm=True, recompute=None):
                 continue
             if outer and id(node) in in_segment:
                 continue  # built inside its Recompute block
-            if id(node) in skipped:
+            if id(node) in summary.skipped:
                 tensors[id(node.outputs[0])] = tensors[id(node.input_tensors[0])]
                 continue
             args, kwargs = node.arguments.fill_in(tensors)

@@ -34,19 +34,21 @@ def deeplab_v3_plus(
       width_multiplier, middle_repeats: shrink the network for tests and CPU
         runs. The defaults (1.0, 16) are the full Xception-65.
       dropout: dropout rate after the ASPP projection.
-      memory_saving: build the memory-saving twins (output-only norms, fused
-        ReLU + depthwise). Same variables, so weights load either way.
+      memory_saving: use the memory-saving twins (output-only norms, ReLU fused
+        into the next conv, lean dilated depthwise convs), placed by
+        `tfseg.memory.rewrite`, so a rewritten stock model and this one are the
+        same. Same variables, so weights load either way.
       recompute: None, or backbone block names (e.g. ("middle",) or
         ("entry_block1", "middle", "exit_block1")) whose units keep only their
         input and run again in the backward pass (`tfseg.layers.Recompute`).
         "entry_block2" cannot be recomputed: the decoder uses its inside.
-      policy: a full `LayerPolicy`; overrides `norm` and `memory_saving`.
+      policy: a full `LayerPolicy`; overrides `norm`.
 
     Input: float images normalised to [-1, 1] (`tfseg.models.normalize`),
     [N, H, W, 3]. Output: float32 logits [N, H, W, num_classes] at the input size.
     """
     if policy is None:
-        policy = policy_lib.LayerPolicy(norm=norm, memory_saving=memory_saving)
+        policy = policy_lib.LayerPolicy(norm=norm)
     inputs = keras.Input(input_shape, name="image")
     features = xception.xception_features(
         inputs, policy, output_stride, width_multiplier, middle_repeats
@@ -69,12 +71,16 @@ def deeplab_v3_plus(
     # Logits stay float32 under mixed precision: the loss needs the range.
     outputs = ResizeLike(name="logits_resize", dtype="float32")([logits, inputs])
     model = keras.Model(inputs, outputs, name=name)
-    if recompute:
+    if memory_saving or recompute:
         from tfseg import memory
 
-        segments = xception.recompute_segments(features, recompute, middle_repeats)
+        segments = xception.recompute_segments(features, recompute or (), middle_repeats)
         model = memory.rewrite(
-            model, fuse_relu_depthwise=False, inplace_norm=False, recompute=segments
+            model,
+            fuse_relu_conv=memory_saving,
+            inplace_norm=memory_saving,
+            lean_dilated=memory_saving,
+            recompute=segments,
         )
     return model
 

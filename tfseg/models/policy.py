@@ -27,9 +27,6 @@ class LayerPolicy:
       groups: the number of groups of group norm. A layer whose width is not a
         multiple of it uses `gcd(width, groups)` groups (e.g. 16 for the
         decoder's 48-channel projection).
-      memory_saving: build the memory-saving twins (output-only norms and fused
-        ReLU + depthwise) instead of the stock Keras layers. The variables are the
-        same, so checkpoints load either way.
       kernel_initializer: initialiser of every convolution kernel.
     """
 
@@ -37,7 +34,6 @@ class LayerPolicy:
     momentum: float = 0.99
     epsilon: float = 1e-3
     groups: int = 32
-    memory_saving: bool = False
     kernel_initializer: str = "he_normal"
 
     def __post_init__(self):
@@ -57,14 +53,10 @@ def fixed_padding(kernel_size, rate):
 
 def norm(x, policy, name):
     channels = x.shape[-1]
-    group_cls, batch_cls = keras.layers.GroupNormalization, keras.layers.BatchNormalization
-    if policy.memory_saving:
-        from tfseg.layers import InplaceBatchNormalization as batch_cls
-        from tfseg.layers import InplaceGroupNormalization as group_cls
     if policy.norm == "group":
         groups = math.gcd(channels, policy.groups)
-        return group_cls(groups=groups, epsilon=policy.epsilon, name=name)(x)
-    return batch_cls(
+        return keras.layers.GroupNormalization(groups=groups, epsilon=policy.epsilon, name=name)(x)
+    return keras.layers.BatchNormalization(
         momentum=policy.momentum,
         epsilon=policy.epsilon,
         synchronized=policy.norm == "sync_batch",
@@ -100,8 +92,7 @@ def separable_conv(x, filters, policy, name, strides=1, rate=1, relu_inside=Fals
     With `relu_inside=False` (entry, middle and exit block 1) a ReLU comes first:
     ReLU -> depthwise -> norm -> pointwise -> norm. With `relu_inside=True`
     (exit block 2, ASPP, decoder) it is depthwise -> norm -> ReLU -> pointwise ->
-    norm -> ReLU. Under a memory-saving policy, the leading ReLU and the depthwise
-    conv become one `ReluDepthwiseConv2D` that keeps only its input.
+    norm -> ReLU.
     """
     padding = "same"
     if strides > 1:
@@ -117,14 +108,9 @@ def separable_conv(x, filters, policy, name, strides=1, rate=1, relu_inside=Fals
         depthwise_initializer=policy.kernel_initializer,
         name=f"{name}_depthwise",
     )
-    if relu_inside:
-        x = keras.layers.DepthwiseConv2D(**depthwise_args)(x)
-    elif policy.memory_saving:
-        from tfseg.layers import ReluDepthwiseConv2D
-
-        x = ReluDepthwiseConv2D(**depthwise_args)(x)
-    else:
-        x = keras.layers.DepthwiseConv2D(**depthwise_args)(relu(x, f"{name}_relu"))
+    if not relu_inside:
+        x = relu(x, f"{name}_relu")
+    x = keras.layers.DepthwiseConv2D(**depthwise_args)(x)
     x = norm(x, policy, f"{name}_depthwise_bn")
     if relu_inside:
         x = relu(x, f"{name}_depthwise_relu")

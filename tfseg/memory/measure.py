@@ -1,0 +1,163 @@
+"""Measure the memory and time of one full training step, each variant in a fresh process.
+
+The recipe (see DEVELOPERS.md): build, run one warm-up step (tracing, optimizer
+slots), `gc.collect()`, read `base = current`, reset the peak, run one step and
+report `peak - base`: the forward activations, the backward working set and the
+update, without the weights and slots that were there before. Then time more steps.
+The allocator is the GPU's when there is one, else `CPU:0`.
+
+Run as a module to measure one configuration and print one JSON line:
+`python -m tfseg.memory.measure '{"variant": "stock", "height": 513, ...}'`.
+"""
+
+import dataclasses
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+
+VARIANTS = ("stock", "memory_saving", "recompute")
+
+
+@dataclasses.dataclass(frozen=True)
+class StepConfig:
+    """One training-step measurement.
+
+    Args:
+      variant: "stock" (Keras layers), "memory_saving" (fused ReLU+depthwise and
+        output-only norms) or "recompute" (memory saving plus recompute of
+        `recompute_blocks`).
+      jit_compile: compile the step with XLA.
+      dtype_policy: "float32", "mixed_bfloat16" or "mixed_float16".
+      timed_steps: steps timed after the measured one; the median is reported.
+    """
+
+    variant: str = "stock"
+    num_classes: int = 21
+    output_stride: int = 16
+    norm: str = "batch"
+    width_multiplier: float = 1.0
+    middle_repeats: int = 16
+    height: int = 513
+    width: int = 513
+    batch: int = 2
+    jit_compile: bool = False
+    dtype_policy: str = "float32"
+    recompute_blocks: tuple = ("middle",)
+    timed_steps: int = 2
+
+    def __post_init__(self):
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+
+
+def build_model(config):
+    from tfseg.models import deeplab_v3_plus
+
+    return deeplab_v3_plus(
+        config.num_classes,
+        output_stride=config.output_stride,
+        norm=config.norm,
+        width_multiplier=config.width_multiplier,
+        middle_repeats=config.middle_repeats,
+        memory_saving=config.variant != "stock",
+        recompute=tuple(config.recompute_blocks) if config.variant == "recompute" else None,
+    )
+
+
+def make_train_step(model, optimizer, loss_fn, jit_compile=False):
+    """A compiled (forward, backward, update) step: (images, labels) -> loss."""
+    import tensorflow as tf
+
+    def step(images, labels):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(images, training=True))
+            scaled = optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return tf.function(step, jit_compile=jit_compile)
+
+
+def _device():
+    import tensorflow as tf
+
+    return "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
+
+
+def measure_in_process(config):
+    """Measures `config` in this process; returns a dict of results."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    keras.mixed_precision.set_global_policy(config.dtype_policy)
+    keras.utils.set_random_seed(0)
+    model = build_model(config)
+    optimizer = keras.optimizers.SGD(0.001, momentum=0.9)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, ignore_class=255)
+    step = make_train_step(model, optimizer, loss_fn, config.jit_compile)
+    rng = np.random.RandomState(0)
+    shape = (config.batch, config.height, config.width)
+    images = tf.constant(rng.uniform(-1, 1, shape + (3,)).astype("float32"))
+    labels = tf.constant(rng.randint(0, config.num_classes, shape).astype("int32"))
+    device = _device()
+
+    start = time.perf_counter()
+    float(step(images, labels))  # warm-up: trace, build slots
+    warmup = time.perf_counter() - start
+    gc.collect()
+    base = tf.config.experimental.get_memory_info(device)["current"]
+    tf.config.experimental.reset_memory_stats(device)
+    start = time.perf_counter()
+    loss = float(step(images, labels))
+    times = [time.perf_counter() - start]
+    peak = tf.config.experimental.get_memory_info(device)["peak"]
+    for _ in range(config.timed_steps):
+        start = time.perf_counter()
+        float(step(images, labels))
+        times.append(time.perf_counter() - start)
+    return {
+        **dataclasses.asdict(config),
+        "device": device,
+        "parameters": int(model.count_params()),
+        "base_bytes": int(base),
+        "peak_over_base_bytes": int(peak - base),
+        "step_seconds": float(np.median(times)),
+        "warmup_seconds": warmup,
+        "loss": loss,
+    }
+
+
+def measure(config, timeout=None):
+    """Measures `config` in a fresh Python process and returns its dict.
+
+    A fresh process per variant, so that no allocator state, cached kernels or
+    leftover tensors of another variant distort the peak.
+    """
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    payload = json.dumps(dataclasses.asdict(config))
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfseg.memory.measure", payload],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]
+        raise RuntimeError(f"measuring {config.variant} failed (exit {proc.returncode}): {tail[0]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv):
+    config = json.loads(argv[1])
+    config["recompute_blocks"] = tuple(config.get("recompute_blocks", ("middle",)))
+    print(json.dumps(measure_in_process(StepConfig(**config))))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
