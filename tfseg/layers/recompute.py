@@ -25,6 +25,8 @@ class Recompute(keras.layers.Layer):
     def __init__(self, block, **kwargs):
         super().__init__(**kwargs)
         self.block = block
+        # The static shape of the last traced call, for memory analysis.
+        self.traced_input_shape = None
 
     def build(self, input_shape):
         if not self.block.built:
@@ -32,6 +34,7 @@ class Recompute(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=None):
+        self.traced_input_shape = tuple(inputs.shape)
         if not training:
             return self.block(inputs, training=training)
         block = self.block

@@ -11,6 +11,7 @@ The sum is a lower bound on the peak: the backward pass's own working set
 import collections
 import dataclasses
 
+import keras
 import tensorflow as tf
 
 _ALIASING_OPS = {"Identity", "IdentityN", "StopGradient", "Reshape", "Squeeze", "ExpandDims"}
@@ -100,3 +101,87 @@ def summarize(kept, key):
     for item in kept:
         totals[key(item)] += item.bytes
     return dict(totals.most_common())
+
+
+def step_breakdown(step_fn, args, model, part_of):
+    """Static accounting of a traced training step, and a static peak estimate.
+
+    Args:
+      step_fn: the `tf.function` training step (already traced for `args`).
+      args: its arguments.
+      model: the model it trains.
+      part_of: layer name -> part name (e.g. "entry_flow"), "" for unknown.
+
+    The estimate replays the backward pass layer by layer, last layer first: at
+    layer i, the tensors kept by layers 0..i are still alive, the gradients of
+    layers i..end have been made (Keras applies them all at the end), and layer i
+    adds its transient: two buffers of its largest size (the norm gradient's
+    x_hat and dy * x_hat), plus, for a `Recompute` block, the activations it keeps
+    while it runs again.
+    """
+    graph = step_fn.get_concrete_function(*args).graph
+    outer = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+    index = {}
+    for i, layer in enumerate(outer):
+        for inner in layer._flatten_layers():
+            index.setdefault(inner.name, i)
+    kept = kept_tensors(graph, graph.outputs[0], set(index))
+    n = len(outer)
+    kept_at, largest_at, grads_at = [0] * (n + 1), [0] * (n + 1), [0] * (n + 1)
+    for item in kept:
+        i = index.get(item.layer, n)  # unattributed: the loss, freed first
+        kept_at[i] += item.bytes
+        largest_at[i] = max(largest_at[i], item.bytes)
+    transient = [2 * b for b in largest_at]
+    for i, layer in enumerate(outer):
+        grads_at[i] = sum(v.numpy().nbytes for v in layer.trainable_weights)
+        transient[i] += _recompute_bytes(layer)
+    peak, live, grads = 0, sum(kept_at), 0
+    for i in range(n, -1, -1):
+        grads += grads_at[i]
+        peak = max(peak, live + grads + transient[i])
+        live -= kept_at[i]
+    return {
+        "kept_bytes": sum(k.bytes for k in kept),
+        "kept_by_part": summarize(kept, lambda k: part_of(k.layer) or "loss_and_other"),
+        "largest_kept_bytes": max((k.bytes for k in kept), default=0),
+        "recompute_bytes": max((_recompute_bytes(layer) for layer in outer), default=0),
+        "parameter_bytes": sum(v.numpy().nbytes for v in model.weights),
+        "gradient_bytes": sum(grads_at),
+        "estimated_peak_bytes": peak,
+    }
+
+
+_BLOCK_CACHE = {}
+
+
+def _recompute_bytes(layer):
+    """Bytes a `Recompute` block keeps while it runs again in the backward pass
+    (its own kept tensors, traced on its input shape); 0 for other layers."""
+    from tfseg.layers import Recompute
+
+    if not isinstance(layer, Recompute) or layer.traced_input_shape is None:
+        return 0
+    shape = layer.traced_input_shape
+    if None in shape:
+        return 0
+    key = (layer.block.count_params(), len(layer.block.layers), shape)
+    if key not in _BLOCK_CACHE:  # the 16 middle units are alike: trace one
+        _BLOCK_CACHE[key] = _block_kept(layer.block, shape)
+    return _BLOCK_CACHE[key]
+
+
+def _block_kept(block, shape):
+    holder = {}
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(block(x, training=True))
+        holder["loss"] = loss
+        return tape.gradient(loss, [x] + block.trainable_variables)
+
+    graph = step.get_concrete_function(tf.TensorSpec(shape, block.inputs[0].dtype)).graph
+    names = {layer.name for layer in block._flatten_layers()}
+    return sum(k.bytes for k in kept_tensors(graph, holder["loss"], names))

@@ -32,6 +32,8 @@ class StepConfig:
       jit_compile: compile the step with XLA.
       dtype_policy: "float32", "mixed_bfloat16" or "mixed_float16".
       timed_steps: steps timed after the measured one; the median is reported.
+      analyze: also return the static analysis of the traced step
+        (`tfseg.memory.analysis.step_breakdown`).
     """
 
     variant: str = "stock"
@@ -47,6 +49,7 @@ class StepConfig:
     dtype_policy: str = "float32"
     recompute_blocks: tuple = ("middle",)
     timed_steps: int = 2
+    analyze: bool = False
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
@@ -120,8 +123,16 @@ def measure_in_process(config):
         start = time.perf_counter()
         float(step(images, labels))
         times.append(time.perf_counter() - start)
+    analysis = None
+    if config.analyze:
+        from tfseg.memory.analysis import step_breakdown
+        from tfseg.models import part_of
+
+        part = lambda name: part_of(name, config.middle_repeats)  # noqa: E731
+        analysis = step_breakdown(step, (images, labels), model, part)
     return {
         **dataclasses.asdict(config),
+        "analysis": analysis,
         "device": device,
         "parameters": int(model.count_params()),
         "base_bytes": int(base),

@@ -85,6 +85,23 @@ def deeplab_v3_plus(
     return model
 
 
+def part_of(layer_name, middle_repeats=None, specs=xception.XCEPTION65):
+    """The part of DeepLabv3+ a layer belongs to, for memory reports.
+
+    Every layer name starts with a name this package gave it: a unit name from the
+    block specs (or the unit's `Recompute` wrapper, named exactly that), the stem,
+    "aspp", "decoder" or "logits". Returns "" for names it did not make.
+    """
+    owners = [(f"{xception.STEM}{i}", "entry_flow") for i in (1, 2)]
+    owners += [("aspp", "aspp"), ("decoder", "decoder"), ("logits", "decoder")]
+    for spec in specs:
+        owners += [(unit, spec.flow) for unit in xception.unit_names(spec, middle_repeats)]
+    for prefix, part in owners:
+        if layer_name == prefix or layer_name.startswith(prefix + "_"):
+            return part
+    return ""
+
+
 def normalize(images):
     """uint8 (or 0-255 float) images -> the model's input range [-1, 1]."""
     return keras.ops.cast(images, "float32") / 127.5 - 1.0

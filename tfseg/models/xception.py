@@ -27,6 +27,7 @@ class BlockSpec:
         instead of before the depthwise conv.
       low_level: this block's second separable conv is the stride-4 feature
         that the decoder uses.
+      flow: "entry_flow", "middle_flow" or "exit_flow" (for memory reports).
     """
 
     name: str
@@ -36,16 +37,18 @@ class BlockSpec:
     repeats: int = 1
     relu_inside: bool = False
     low_level: bool = False
+    flow: str = "entry_flow"
 
 
 XCEPTION65 = (
     BlockSpec("entry_block1", (128, 128, 128), 2, "conv"),
     BlockSpec("entry_block2", (256, 256, 256), 2, "conv", low_level=True),
     BlockSpec("entry_block3", (728, 728, 728), 2, "conv"),
-    BlockSpec("middle", (728, 728, 728), 1, "identity", repeats=16),
-    BlockSpec("exit_block1", (728, 1024, 1024), 2, "conv"),
-    BlockSpec("exit_block2", (1536, 1536, 2048), 1, "none", relu_inside=True),
+    BlockSpec("middle", (728, 728, 728), 1, "identity", repeats=16, flow="middle_flow"),
+    BlockSpec("exit_block1", (728, 1024, 1024), 2, "conv", flow="exit_flow"),
+    BlockSpec("exit_block2", (1536, 1536, 2048), 1, "none", relu_inside=True, flow="exit_flow"),
 )
+STEM = "entry_conv"  # the two stem convs: entry_conv1, entry_conv2 (entry flow)
 
 OUTPUT_STRIDES = (8, 16, 32)
 
@@ -131,8 +134,8 @@ def xception_features(
     if output_stride not in OUTPUT_STRIDES:
         raise ValueError(f"output_stride must be one of {OUTPUT_STRIDES}, got {output_stride}")
     width = lambda c: policy_lib.scaled(c, width_multiplier)  # noqa: E731
-    x = policy_lib.conv_norm_relu(inputs, width(32), policy, "entry_conv1", 3, strides=2)
-    x = policy_lib.conv_norm_relu(x, width(64), policy, "entry_conv2", 3)
+    x = policy_lib.conv_norm_relu(inputs, width(32), policy, f"{STEM}1", 3, strides=2)
+    x = policy_lib.conv_norm_relu(x, width(64), policy, f"{STEM}2", 3)
     features = {"stem": x}
     current_stride, rate = 2, 1
     for spec in specs:

@@ -1,0 +1,82 @@
+"""Report outputs: the stdout table, report.md, report.json and the part chart."""
+
+import json
+import os
+
+MIB = 2**20
+PARTS = ("entry_flow", "middle_flow", "exit_flow", "aspp", "decoder", "loss_and_other")
+
+
+def table(report):
+    rows = [
+        f"{'variant':<15}{'measured MiB':>13}{'x stock':>8}{'static est':>11}{'step s':>8}"
+        f"{'params':>8}{'grads':>7}{'slots':>7}{'activ.':>8}{'/sample':>9}"
+    ]
+    for name, v in report["variants"].items():
+        a = v["accounted"]
+        rows.append(
+            f"{name:<15}{v['measured_peak_bytes'] / MIB:>13.0f}{v['ratio_to_stock']:>8.2f}"
+            f"{v['static_estimate_bytes'] / MIB:>11.0f}{v['step_seconds']:>8.2f}"
+            f"{a['parameter_bytes'] / MIB:>8.0f}{a['gradient_bytes'] / MIB:>7.0f}"
+            f"{a['optimizer_slot_bytes'] / MIB:>7.0f}{a['activation_bytes'] / MIB:>8.0f}"
+            f"{a['per_sample_activation_bytes'] / MIB:>9.0f}"
+        )
+    rows.append("")
+    rows.append("where the kept activations go (% of each variant's):")
+    rows.append(f"{'part':<16}" + "".join(f"{n:>15}" for n in report["variants"]))
+    for part in PARTS:
+        cells = "".join(f"{v['breakdown_percent'].get(part, 0.0):>14.1f}%" for v in report["variants"].values())
+        rows.append(f"{part:<16}{cells}")
+    plan = report.get("plan")
+    if plan:
+        rows.append("")
+        rows.append(f"planner, budget {plan['budget_gb']} GB at {report['config']['height']}x"
+                    f"{report['config']['width']}:")
+        for name, p in plan["variants"].items():
+            check = p.get("verified")
+            note = "" if check is None else (
+                f"   measured: max batch {check['max_batch']} ("
+                + ", ".join(f"b{b}={t / MIB:.0f}" for b, t in sorted(check["total_bytes_by_batch"].items()))
+                + " MiB)")
+            rows.append(f"  {name:<15} predicted max batch {p['max_batch']:>3}, square crop at batch 1 "
+                        f"{p['max_square_crop']:>5}{note}")
+    return "\n".join(rows)
+
+
+def markdown(report):
+    lines = ["# tfseg memory report", "", f"Configuration: `{json.dumps(report['config'])}`", "",
+             "```", table(report), "```", "",
+             "Measured: peak over the post-warm-up base of one full training step, from the "
+             "allocator, each variant in a fresh process. Static: the kept-tensor analysis of "
+             "the traced step (tfseg/memory/analysis.py).", "", "![parts](parts.png)", ""]
+    return "\n".join(lines)
+
+
+def chart(report, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(report["variants"])
+    fig, ax = plt.subplots(figsize=(8, 4))
+    width = 0.8 / max(1, len(names))
+    for k, name in enumerate(names):
+        values = [report["variants"][name]["kept_by_part_bytes"].get(p, 0) / MIB for p in PARTS]
+        ax.bar([i + k * width for i in range(len(PARTS))], values, width, label=name)
+    ax.set_xticks([i + width * (len(names) - 1) / 2 for i in range(len(PARTS))], PARTS, rotation=20)
+    ax.set_ylabel("kept for backward (MiB)")
+    ax.set_title("Where training memory goes, by part")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write(report, out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "report.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    with open(os.path.join(out_dir, "report.md"), "w") as f:
+        f.write(markdown(report))
+    chart(report, os.path.join(out_dir, "parts.png"))
