@@ -1,12 +1,20 @@
 """Input pipeline throughput on Cityscapes-size images (1024x2048 PNG + labelIds).
 
 Usage: python benchmarks/input_pipeline.py [--num_images N] [--out_dir DIR] [--repeat R]
+                                           [--trials T]
 
 Compares (a) a naive Python generator (PIL decode, numpy, per-class one-hot in
 Python loops, as a hand-written keras Sequence often does), (b) tfseg on
 PNG, (c) tfseg on TFRecords (encoded and raw), (d) a decode-only upper bound
-(parallel read + PNG decode of image and label, nothing else), plus a
+(parallel read + PNG decode of image and label to uint8, nothing else), plus a
 per-stage breakdown of the PNG pipeline. Prints a table and one JSON line.
+
+Every pipeline is measured once per trial, side by side, and medians over the
+trials are reported, so that load from other processes hits all of them
+alike. Besides images/s, each row gives the process CPU time per image: it
+barely moves under such load and tells where the work goes. The stage rows
+are cumulative pipelines (read; + decode; + augment; + batch = the real
+``build_dataset``), and "+CPU ms" is what each stage adds per image.
 """
 
 import argparse
@@ -23,8 +31,8 @@ import tensorflow as tf  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from tfseg.data import (DataConfig, build_dataset, cityscapes, pairs_dataset,  # noqa: E402
-                        pairs_to_examples, transforms, write_synthetic_cityscapes,
-                        write_tfrecords)
+                        transforms, write_synthetic_cityscapes, write_tfrecords)
+from tfseg.data.decode import decode_pairs  # noqa: E402
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -49,32 +57,36 @@ def naive_generator(pairs, batch_size):
 
 
 def images_per_second(make_iterable, images_per_epoch, repeat):
-    """Warm up on one element, then time ``repeat`` full passes."""
+    """Warm up on one element, then time ``repeat`` full passes: (images/s, CPU ms/image)."""
     warm = iter(make_iterable())
     next(warm)
     # A live warm-up iterator keeps prefetching in the background and would
     # steal CPU from the timed passes.
     del warm
     gc.collect()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(repeat):
         for _ in make_iterable():
             pass
-    return images_per_epoch * repeat / (time.perf_counter() - start)
+    images = images_per_epoch * repeat
+    return images / (time.perf_counter() - start), (time.process_time() - cpu) * 1e3 / images
 
 
-def stage_datasets(source, crop, batch_size, seed=0):
-    """Cumulative pipelines: read -> +decode -> +augment -> +batch."""
+def stage_datasets(source, config):
+    """Cumulative pipelines: read -> +decode -> +augment -> +batch (= ``build_dataset``)."""
     files = pairs_dataset(source.pairs)
     read = files.map(lambda i, l: (tf.io.read_file(i), tf.io.read_file(l)),
                      num_parallel_calls=AUTOTUNE)
-    decoded = pairs_to_examples(files, source)
-    seeds = tf.data.Dataset.random(seed=seed).batch(2)
-    augmented = tf.data.Dataset.zip(decoded, seeds).map(
-        lambda ex, s: transforms.train_transform(ex[0], ex[1], s, crop),
-        num_parallel_calls=AUTOTUNE)
-    return dict(read=read, decode=decoded, augment=augmented,
-                batch=augmented.batch(batch_size, drop_remainder=True).prefetch(AUTOTUNE))
+    decoded, finish = decode_pairs(files, source, deterministic=False)
+    seeds = tf.data.Dataset.random(seed=0).batch(2)
+
+    def augment(example, seed):
+        image, label = transforms.train_transform(example[0], example[1], seed, config.crop_size)
+        return image, finish(label)
+
+    augmented = tf.data.Dataset.zip(decoded, seeds).map(augment, num_parallel_calls=AUTOTUNE,
+                                                        deterministic=False)
+    return dict(read=read, decode=decoded, augment=augmented, batch=build_dataset(config, True))
 
 
 def decode_only(source):
@@ -82,7 +94,7 @@ def decode_only(source):
     return pairs_dataset(source.pairs).map(
         lambda i, l: (tf.io.decode_png(tf.io.read_file(i), channels=3),
                       tf.io.decode_png(tf.io.read_file(l), channels=1)),
-        num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+        num_parallel_calls=AUTOTUNE, deterministic=False).prefetch(AUTOTUNE)
 
 
 def main():
@@ -93,6 +105,7 @@ def main():
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--batch_size", type=int, default=4)
     parser.add_argument("--crop", type=int, nargs=2, default=(512, 1024))
+    parser.add_argument("--trials", type=int, default=3, help="side-by-side rounds (medians)")
     args = parser.parse_args()
     n, crop, batch = args.num_images, tuple(args.crop), args.batch_size
     usable = n // batch * batch
@@ -125,25 +138,43 @@ def main():
         "tfseg_tfrecord_raw": (lambda: raw_ds, usable, args.repeat),
         "decode_only": (lambda: bound_ds, n, args.repeat),
     }
-    results = {name: images_per_second(make, count, repeat)
-               for name, (make, count, repeat) in pipelines.items()}
-    stages = {name: images_per_second(lambda ds=ds: ds, usable if name == "batch" else n,
-                                      args.repeat)
-              for name, ds in stage_datasets(source, crop, batch).items()}
+    stage_ds = stage_datasets(source, config("cityscapes", root))
+    counts = dict(read=n, decode=n, augment=n, batch=usable)
+    runs = {name: [] for name in list(pipelines) + ["stage_" + k for k in stage_ds]}
+    for _ in range(args.trials):
+        for name, (make, count, repeat) in pipelines.items():
+            runs[name].append(images_per_second(make, count, repeat))
+        for name, ds in stage_ds.items():
+            runs["stage_" + name].append(
+                images_per_second(lambda ds=ds: ds, counts[name], args.repeat))
+    rate = {k: float(np.median([r for r, _ in v])) for k, v in runs.items()}
+    cpu = {k: float(np.median([c for _, c in v])) for k, v in runs.items()}
+    results = {k: rate[k] for k in pipelines}
 
-    print(f"\n{'pipeline':<22}{'images/s':>10}{'vs naive':>10}{'vs decode-only':>16}")
-    for name, rate in results.items():
-        print(f"{name:<22}{rate:>10.2f}{rate / results['naive_python']:>9.1f}x"
-              f"{rate / results['decode_only']:>15.2f}x")
-    print(f"\n{'stage (cumulative)':<22}{'images/s':>10}")
-    for name, rate in stages.items():
-        print(f"{name:<22}{rate:>10.2f}")
+    print(f"\n{'pipeline':<22}{'images/s':>10}{'CPU ms/img':>12}{'vs naive':>10}"
+          f"{'vs decode-only':>16}")
+    for name in pipelines:
+        print(f"{name:<22}{rate[name]:>10.2f}{cpu[name]:>12.1f}"
+              f"{rate[name] / rate['naive_python']:>9.1f}x"
+              f"{rate[name] / rate['decode_only']:>15.2f}x")
+    print(f"\n{'stage (cumulative)':<22}{'images/s':>10}{'CPU ms/img':>12}{'+CPU ms':>10}")
+    previous = 0.0
+    for name in stage_ds:
+        c = cpu["stage_" + name]
+        print(f"{name:<22}{rate['stage_' + name]:>10.2f}{c:>12.1f}{c - previous:>+10.1f}")
+        previous = c
+    print(f"(medians of {args.trials} side-by-side trials)")
     print(json.dumps(dict(
         num_images=n, crop=list(crop), batch_size=batch, repeat=args.repeat,
-        cpus=os.cpu_count(), images_per_s={k: round(v, 3) for k, v in results.items()},
-        stages_images_per_s={k: round(v, 3) for k, v in stages.items()},
+        trials=args.trials, cpus=os.cpu_count(),
+        images_per_s={k: round(v, 3) for k, v in results.items()},
+        cpu_ms_per_image={k: round(cpu[k], 2) for k in pipelines},
+        trials_images_per_s={k: [round(r, 2) for r, _ in runs[k]] for k in pipelines},
+        stages_images_per_s={k: round(rate["stage_" + k], 3) for k in stage_ds},
+        stages_cpu_ms_per_image={k: round(cpu["stage_" + k], 2) for k in stage_ds},
         png_vs_naive=round(results["tfseg_png"] / results["naive_python"], 2),
         png_vs_decode_only=round(results["tfseg_png"] / results["decode_only"], 3),
+        png_vs_decode_only_cpu=round(cpu["decode_only"] / cpu["tfseg_png"], 3),
         tfrecord_vs_png=round(results["tfseg_tfrecord"] / results["tfseg_png"], 2),
         tfrecord_raw_vs_png=round(results["tfseg_tfrecord_raw"] / results["tfseg_png"], 2),
     )))

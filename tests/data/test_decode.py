@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfseg.data import DataStats, cityscapes, pairs_dataset, pairs_to_examples
+from tfseg.data import (DataConfig, DataStats, build_dataset, cityscapes, pairs_dataset,
+                        pairs_to_examples)
 from tests.data.trees import cityscapes_tree, save
 
 
@@ -34,11 +35,20 @@ def _examples(root, skip=False, stats=None):
 
 
 @pytest.mark.parametrize("kind", ["truncated", "random_bytes", "empty"])
-def test_corrupt_image_error_names_the_file(tmp_path, kind):
+@pytest.mark.parametrize("broken", [0, 1, 2])  # first, middle and last pair
+def test_corrupt_image_error_names_the_file(tmp_path, kind, broken):
     pairs = cityscapes_tree(tmp_path, n=3)
-    _break_image(pairs[1][0], kind)
-    with pytest.raises(tf.errors.InvalidArgumentError, match=pairs[1][0]):
+    _break_image(pairs[broken][0], kind)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=pairs[broken][0]):
         _examples(tmp_path)
+
+
+def test_training_pipeline_names_a_corrupt_file(tmp_path):
+    pairs = cityscapes_tree(tmp_path, n=4)
+    _break_image(pairs[2][0], "truncated")
+    config = DataConfig(root=str(tmp_path), crop_size=(8, 8), batch_size=1)  # not deterministic
+    with pytest.raises(tf.errors.InvalidArgumentError, match=pairs[2][0]):
+        list(build_dataset(config, training=True))
 
 
 @pytest.mark.parametrize("kind", ["grayscale", "rgba", "16bit"])

@@ -9,7 +9,7 @@ is free; element shuffling is only used where the file order is frozen.
 import tensorflow as tf
 
 from tfseg.data import camvid, cityscapes, tfrecords, voc
-from tfseg.data.decode import pairs_dataset, pairs_to_examples
+from tfseg.data.decode import decode_pairs, pairs_dataset
 from tfseg.data.source import IGNORE_LABEL, Source
 from tfseg.data.synthetic import write_synthetic_cityscapes
 from tfseg.data.transforms import eval_transform, train_transform
@@ -33,17 +33,24 @@ def get_source(config):
 
 
 def _examples(config, training, stats):
-    """Decoded (image uint8 [H, W, 3], label int32 [H, W]) in file or shuffled order."""
+    """(examples, finish): decoded (image uint8 [H, W, 3], label) in file or shuffled order.
+
+    Labels come as stored ids where the source allows it; ``finish(label)``
+    maps them to int32 train ids, and is applied after the crop in training
+    (a per-pixel lookup commutes with nearest-neighbour cropping).
+    """
     deterministic = config.deterministic or not training
     if config.dataset == "tfrecord":
-        return tfrecords.read_tfrecords(config.root, config.split, training, config.seed,
-                                        deterministic)
+        examples = tfrecords.read_train_ids(config.root, config.split, training, config.seed,
+                                            deterministic)
+        return examples, lambda label: tf.cast(label, tf.int32)
     source = get_source(config)
     files = pairs_dataset(source.pairs)
     if training and not config.cache:
         files = files.shuffle(len(source.pairs), seed=config.seed, reshuffle_each_iteration=True)
-    return pairs_to_examples(files, source, config.skip_bad_examples, stats,
-                             deterministic=deterministic)
+    examples, finish = decode_pairs(files, source, config.skip_bad_examples, stats,
+                                    deterministic=deterministic)
+    return examples.map(lambda image, label, path: (image, label)), finish
 
 
 def build_dataset(config, training, stats=None):
@@ -62,23 +69,27 @@ def build_dataset(config, training, stats=None):
     """
     if stats is not None and config.data_service:
         raise ValueError("tfseg: DataStats cannot count on tf.data service workers")
-    examples = _examples(config, training, stats)
+    examples, finish = _examples(config, training, stats)
     if config.cache:
         examples = examples.cache("" if config.cache is True else config.cache)
     if training:
         if config.cache or config.dataset == "tfrecord":
             examples = examples.shuffle(config.shuffle_buffer, seed=config.seed,
                                         reshuffle_each_iteration=True)
+
+        def augment(example, seed):
+            image, label = train_transform(example[0], example[1], seed, config.crop_size,
+                                           config.scale_range, config.flip, config.jitter)
+            return image, finish(label)
+
         # One stateless seed per element: reproducible under any parallelism.
         seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True).batch(2)
         batches = tf.data.Dataset.zip(examples, seeds).map(
-            lambda example, seed: train_transform(
-                example[0], example[1], seed, config.crop_size, config.scale_range, config.flip,
-                config.jitter),
-            num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic,
+            augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic,
         ).batch(config.batch_size, drop_remainder=True)
     else:
-        batches = examples.map(eval_transform, num_parallel_calls=tf.data.AUTOTUNE,
+        batches = examples.map(lambda image, label: eval_transform(image, finish(label)),
+                               num_parallel_calls=tf.data.AUTOTUNE,
                                deterministic=True).padded_batch(
             config.batch_size, padding_values=(0.0, IGNORE_LABEL))
     if config.data_service:

@@ -124,4 +124,5 @@ def decode_index_png(contents):
     values = tf.io.decode_png(indexed, channels=1, dtype=tf.uint8)[..., 0]
     depth = tf.minimum(hdr["bit_depth"], 8)
     step = tf.cast(255 // (tf.bitwise.left_shift(1, depth) - 1), tf.uint8)
-    return values // step
+    # cond: 8-bit files (the usual case) skip a whole-image division.
+    return tf.cond(depth < 8, lambda: values // step, lambda: values)

@@ -113,8 +113,8 @@ def shard_files(data_dir, split):
     return shards
 
 
-def parse_fn(raw):
-    """A function: serialized record -> (image uint8 [H, W, 3], label int32 [H, W])."""
+def parse_fn(raw, label_dtype=tf.int32):
+    """A function: serialized record -> (image uint8 [H, W, 3], label [H, W] of ``label_dtype``)."""
 
     def parse(record):
         x = tf.io.parse_single_example(record, _FEATURES)
@@ -125,7 +125,7 @@ def parse_fn(raw):
         else:
             image = decode_image(x["image"])
             label = tf.io.decode_png(x["label"], channels=1)[..., 0]
-        return image, tf.cast(label, tf.int32)
+        return image, tf.cast(label, label_dtype)
 
     return parse
 
@@ -136,8 +136,12 @@ def read_tfrecords(data_dir, split, training=False, seed=None, deterministic=Non
     Evaluation reads shards in order (the source order); training shuffles
     the shard order each epoch and interleaves shards in parallel.
     """
+    return _read(data_dir, split, training, seed, deterministic, tf.int32)
+
+
+def _read(data_dir, split, training, seed, deterministic, label_dtype):
     shards = shard_files(data_dir, split)
-    parse = parse_fn(read_metadata(data_dir, split)["raw"])
+    parse = parse_fn(read_metadata(data_dir, split)["raw"], label_dtype)
     if training:
         files = tf.data.Dataset.from_tensor_slices(shards).shuffle(
             len(shards), seed=seed, reshuffle_each_iteration=True)
@@ -147,3 +151,8 @@ def read_tfrecords(data_dir, split, training=False, seed=None, deterministic=Non
     else:
         records = tf.data.TFRecordDataset(shards)
     return records.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+
+
+def read_train_ids(data_dir, split, training=False, seed=None, deterministic=None):
+    """``read_tfrecords`` with uint8 labels (the stored train ids), for cropping before the cast."""
+    return _read(data_dir, split, training, seed, deterministic, tf.uint8)

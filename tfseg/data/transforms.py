@@ -39,8 +39,24 @@ def random_scale_crop(image, label, seed, crop_size, scale_range=(0.5, 2.0)):
     Returns:
       (float32 [ch, cw, 3] image in 0-255, int32 [ch, cw] label).
     """
+    return _scale_crop(image, label, seed, crop_size, scale_range)
+
+
+# crop_and_resize reads these directly; other label dtypes are cast to float32 first.
+_RESAMPLE_DTYPES = (tf.uint8, tf.uint16, tf.int8, tf.int16, tf.int32, tf.int64, tf.float32)
+
+
+def _scale_crop(image, label, seed, crop_size, scale_range, flip=None):
+    """``random_scale_crop``; with a bool tensor ``flip``, also mirrored left-right.
+
+    The flip is folded into the crop box (``crop_and_resize`` mirrors boxes
+    with x1 > x2), so it costs nothing and samples the same points as
+    flipping the crop afterwards. Labels are resampled in their own dtype:
+    no full-size float copy of the label.
+    """
     crop_h, crop_w = crop_size
     scale_seed, y_seed, x_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
+    label = tf.convert_to_tensor(label)
     shape = tf.shape(label)
     size = tf.cast(shape, tf.float32)
     scale = tf.random.stateless_uniform([], scale_seed, scale_range[0], scale_range[1])
@@ -53,14 +69,20 @@ def random_scale_crop(image, label, seed, crop_size, scale_range=(0.5, 2.0)):
     step = (size - 1.0 - 1e-3) / tf.cast(scaled - 1, tf.float32) / tf.maximum(size - 1.0, 1.0)
     start = tf.cast(tf.stack([oy, ox]), tf.float32) * step
     end = start + tf.constant([crop_h - 1.0, crop_w - 1.0]) * step
-    box = tf.concat([start, end], 0)[tf.newaxis]
+    if flip is None:
+        box = tf.concat([start, end], 0)
+    else:
+        x0, x1 = tf.where(flip, end[1], start[1]), tf.where(flip, start[1], end[1])
+        box = tf.stack([start[0], x0, end[0], x1])
 
     def resample(x, method, fill):
-        return tf.image.crop_and_resize(x[tf.newaxis], box, [0], [crop_h, crop_w],
+        return tf.image.crop_and_resize(x[tf.newaxis], box[tf.newaxis], [0], [crop_h, crop_w],
                                         method=method, extrapolation_value=fill)[0]
 
     image = resample(image, "bilinear", PAD_VALUE)
-    label = resample(tf.cast(label[..., tf.newaxis], tf.float32), "nearest", IGNORE_LABEL)
+    if label.dtype not in _RESAMPLE_DTYPES:
+        label = tf.cast(label, tf.float32)
+    label = resample(label[..., tf.newaxis], "nearest", IGNORE_LABEL)
     return image, tf.cast(label[..., 0], tf.int32)
 
 
@@ -93,7 +115,7 @@ def train_transform(image, label, seed, crop_size, scale_range=(0.5, 2.0), flip=
     """The full training augmentation, then normalisation.
 
     Args:
-      image: uint8 [H, W, 3]; label: int32 [H, W]; seed: [2] int tensor.
+      image: uint8 [H, W, 3]; label: integer [H, W]; seed: [2] int tensor.
       crop_size, scale_range: see ``random_scale_crop``.
       flip: random horizontal flip. jitter: ``photometric_jitter``.
 
@@ -101,9 +123,9 @@ def train_transform(image, label, seed, crop_size, scale_range=(0.5, 2.0), flip=
       (float32 [ch, cw, 3] in [-1, 1], int32 [ch, cw] with ids or 255).
     """
     crop_seed, flip_seed, jitter_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
-    image, label = random_scale_crop(image, label, crop_seed, crop_size, scale_range)
-    if flip:
-        image, label = random_flip(image, label, flip_seed)
+    # Same draw as ``random_flip``, applied through the crop box.
+    mirror = tf.random.stateless_uniform([], flip_seed) < 0.5 if flip else None
+    image, label = _scale_crop(image, label, crop_seed, crop_size, scale_range, mirror)
     if jitter:
         image = photometric_jitter(image, jitter_seed)
     return normalize(image), label
