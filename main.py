@@ -1,51 +1,200 @@
-"""tfseg command line. Flags are defined and read here only."""
+"""tfseg command line: train, evaluate, predict and export DeepLabv3+ segmentation models.
 
+Flags are defined and read here only: they become one frozen ``RunConfig``,
+which is all the library sees. To add a mode, write ``def run_<mode>(config)``
+and add it to ``MODES``.
+
+    python main.py                       # train the synthetic default, then evaluate it
+    python main.py --mode=eval           # mIoU of the latest checkpoint in --model_dir
+    python main.py --flagfile=flags/cityscapes_xception65_os16_fullres.flags
+"""
+
+import dataclasses
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import app, flags  # noqa: E402
 
-MODES = ("smoke", "summary")
-flags.DEFINE_enum("mode", "smoke", MODES, "What to run.")
-flags.DEFINE_integer("num_classes", 21, "Number of classes.", lower_bound=1)
-flags.DEFINE_enum("output_stride", "16", ["8", "16", "32"], "Encoder output stride.")
-flags.DEFINE_enum("norm", "batch", ["batch", "sync_batch", "group"], "Normalisation.")
-flags.DEFINE_float("width_multiplier", 1.0, "Channel width multiplier.", lower_bound=0.01)
-flags.DEFINE_integer("middle_repeats", 16, "Middle-flow units.", lower_bound=1)
-FLAGS = flags.FLAGS
+from tfseg.train.config import RunConfig  # noqa: E402  (no TensorFlow import)
+
+DEFAULTS = RunConfig()
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    import numpy as np
-    import keras
+def run_train(config):
+    from tfseg.train import loop
 
-    from tfseg.models import deeplab_v3_plus
+    # A run stopped by SIGTERM/SIGINT has saved its checkpoint: that is a clean exit too.
+    return loop.train(config)
 
-    model = deeplab_v3_plus(
-        FLAGS.num_classes,
-        output_stride=int(FLAGS.output_stride),
-        norm=FLAGS.norm,
-        width_multiplier=FLAGS.width_multiplier,
-        middle_repeats=FLAGS.middle_repeats,
-    )
-    print(f"{model.name}: {model.count_params():,} parameters")
-    if FLAGS.mode == "summary":
-        model.summary()
-        return 0
-    model.compile(
-        keras.optimizers.SGD(0.01, momentum=0.9),
-        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
-    rng = np.random.RandomState(0)
-    images = rng.uniform(-1, 1, (1, 129, 129, 3)).astype("float32")
-    labels = rng.randint(0, FLAGS.num_classes, (1, 129, 129))
-    print(f"one training step, loss {float(model.train_on_batch(images, labels)):.4f}")
+
+def run_eval(config):
+    from tfseg.evaluation import evaluate
+
+    evaluate.evaluate(config)
     return 0
 
 
+def run_train_and_eval(config):
+    if run_train(config)["stopped_by"] is None:
+        run_eval(config)
+    return 0
+
+
+def run_predict(config):
+    from tfseg.evaluation import predict
+
+    predict.predict(config)
+    return 0
+
+
+def run_export(config):
+    from tfseg.evaluation import export
+
+    export.export(config)
+    return 0
+
+
+def run_validate(config):
+    """Parses the flags (and flagfiles) into a config and prints it; no TensorFlow."""
+    print(config.to_json())
+    return 0
+
+
+MODES = {
+    "train_and_eval": run_train_and_eval,
+    "train": run_train,
+    "eval": run_eval,
+    "predict": run_predict,
+    "export": run_export,
+    "validate": run_validate,
+}
+
+d = DEFAULTS
+flags.DEFINE_string("mode", "train_and_eval", f"One of {', '.join(MODES)}.")
+flags.DEFINE_string("dataset", d.dataset, "synthetic, cityscapes, voc, camvid or tfrecord.")
+flags.DEFINE_string("data_dir", d.data_dir, "Data set folder (synthetic: written on first use).")
+flags.DEFINE_string("model_dir", d.model_dir, "Checkpoints, config.json, TensorBoard logs, eval.")
+flags.DEFINE_string("train_split", d.train_split, "Training split.")
+flags.DEFINE_string("eval_split", d.eval_split, "Evaluation split.")
+flags.DEFINE_list("crop_size", list(map(str, d.crop_size)),
+                  "Training crop HEIGHT,WIDTH (or one size); each a multiple of "
+                  "--output_stride or one more.")
+flags.DEFINE_integer("batch_size", d.batch_size, "Global training batch (over all replicas).")
+flags.DEFINE_list("scale_range", list(map(str, d.scale_range)), "Random scale MIN,MAX.")
+flags.DEFINE_bool("jitter", d.jitter, "Photometric jitter.")
+flags.DEFINE_bool("cache", d.cache, "Cache decoded training images in memory.")
+flags.DEFINE_integer("seed", d.seed, "Data seed (-1: fresh randomness).")
+flags.DEFINE_integer("output_stride", d.output_stride, "8, 16 or 32.")
+flags.DEFINE_string("norm", d.norm, "batch, sync_batch or group (batch becomes sync_batch "
+                    "with more than one replica).")
+flags.DEFINE_float("width_multiplier", d.width_multiplier, "Channel width multiplier (1 = full).")
+flags.DEFINE_integer("middle_repeats", d.middle_repeats, "Middle-flow units (16 = full).")
+flags.DEFINE_float("dropout", d.dropout, "Dropout after the ASPP projection.")
+flags.DEFINE_bool("memory_saving", d.memory_saving, "Fused ReLU+depthwise, output-only norms.")
+flags.DEFINE_list("recompute", list(d.recompute), "Backbone blocks to recompute, e.g. middle.")
+flags.DEFINE_string("dtype_policy", d.dtype_policy, "float32, mixed_float16 or mixed_bfloat16.")
+flags.DEFINE_bool("jit_compile", d.jit_compile, "Compile the training step with XLA.")
+flags.DEFINE_integer("train_steps", d.train_steps, "Total training steps.")
+flags.DEFINE_float("learning_rate", d.learning_rate, "Peak learning rate.")
+flags.DEFINE_float("end_learning_rate", d.end_learning_rate, "Learning rate at the last step.")
+flags.DEFINE_float("lr_power", d.lr_power, "Poly decay power.")
+flags.DEFINE_integer("warmup_steps", d.warmup_steps, "Linear warm-up steps.")
+flags.DEFINE_float("momentum", d.momentum, "SGD momentum.")
+flags.DEFINE_float("weight_decay", d.weight_decay, "Decoupled weight decay on kernels.")
+flags.DEFINE_list("class_weights", [], "One loss weight per class (default: all 1).")
+flags.DEFINE_string("strategy", d.strategy, "default, one_device, mirrored or multi_worker "
+                    "(cluster from TF_CONFIG).")
+flags.DEFINE_integer("checkpoint_every", d.checkpoint_every, "Steps between checkpoints.")
+flags.DEFINE_integer("keep_checkpoints", d.keep_checkpoints, "Checkpoints kept.")
+flags.DEFINE_integer("log_every", d.log_every, "Steps between progress lines and summaries.")
+flags.DEFINE_integer("num_summary_images", d.num_summary_images, "Sample predictions logged.")
+flags.DEFINE_string("checkpoint", d.checkpoint, "eval/predict/export: checkpoint path or name "
+                    "in --model_dir (default: latest).")
+flags.DEFINE_string("eval_mode", d.eval_mode, "whole, sliding or multiscale.")
+flags.DEFINE_list("eval_crop", list(map(str, d.eval_crop)), "Sliding window HEIGHT,WIDTH.")
+flags.DEFINE_list("eval_stride", list(map(str, d.eval_stride)), "Sliding window stride.")
+flags.DEFINE_list("eval_scales", list(map(str, d.eval_scales)), "Multi-scale factors.")
+flags.DEFINE_bool("eval_flip", d.eval_flip, "Multi-scale: add left-right flips.")
+flags.DEFINE_string("input_path", d.input_path, "predict: an image file or a folder of images.")
+flags.DEFINE_string("output_dir", d.output_dir, "predict: output folder "
+                    "(default: MODEL_DIR/predictions).")
+flags.DEFINE_string("export_dir", d.export_dir,
+                    "export: output folder (default: MODEL_DIR/export).")
+FLAGS = flags.FLAGS
+
+
+def _numbers(name, kind, count=None):
+    """A list flag as a tuple of ``kind``; one value is repeated to ``count``."""
+    values = FLAGS[name].value
+    try:
+        numbers = tuple(kind(v) for v in values)
+    except ValueError:
+        raise ValueError(f"--{name}: expected numbers, got {','.join(values)!r}") from None
+    if count and len(numbers) == 1:
+        numbers *= count
+    if count and len(numbers) != count:
+        raise ValueError(f"--{name}: expected {count} values, got {len(numbers)}")
+    return numbers
+
+
+def config_from_flags():
+    """The one place where flags become a ``RunConfig``."""
+    if FLAGS.mode not in MODES:
+        raise ValueError(f"--mode: unknown mode {FLAGS.mode!r}; choose from {', '.join(MODES)}")
+    lists = dict(crop_size=(int, 2), scale_range=(float, 2), eval_crop=(int, 2),
+                 eval_stride=(int, 2), eval_scales=(float, None), class_weights=(float, None))
+    values = {}
+    for field in dataclasses.fields(RunConfig):
+        if field.name in lists:
+            values[field.name] = _numbers(field.name, *lists[field.name])
+        else:
+            values[field.name] = FLAGS[field.name].value
+    values["recompute"] = tuple(values["recompute"])
+    values["seed"] = None if values["seed"] < 0 else values["seed"]
+    return RunConfig(**values)
+
+
+def _usage_error(message):
+    print(f"main.py: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def parse_flags(argv):
+    """absl parsing, but a bad flag is one line on stderr and exit code 2."""
+    try:
+        return FLAGS(argv)
+    except flags.Error as error:
+        _usage_error(str(error).splitlines()[0])
+
+
+def main(argv):
+    from absl import logging
+
+    # TF's checkpoint INFO lines would drown the progress bar.
+    logging.set_verbosity(logging.WARNING)
+    if len(argv) > 1:
+        _usage_error(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        config = config_from_flags()
+        MODES[config.mode](config)
+        return 0
+    except (ValueError, FileNotFoundError, NotADirectoryError) as error:
+        # Bad input (flags, files, checkpoints): our messages name the flag ("--...")
+        # or start with "tfseg:"; anything else is a bug and keeps its traceback.
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if isinstance(error, OSError) or message.startswith("--") or "tfseg:" in message:
+            _usage_error(message)
+        raise
+    except RuntimeError as error:
+        from tfseg.train.loop import NonFiniteLoss
+
+        if isinstance(error, NonFiniteLoss):
+            print(f"main.py: error: {error}", file=sys.stderr)
+            return 3
+        raise
+
+
 if __name__ == "__main__":
-    sys.exit(app.run(main))
+    app.run(main, flags_parser=parse_flags)

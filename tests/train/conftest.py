@@ -1,0 +1,52 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MAIN = os.path.join(ROOT, "main.py")
+# A tiny network and small crops: every code path, a few seconds per run on 2 CPU cores.
+# Width 0.25, not 0.125: at 0.125 oneDNN on CPU intermittently corrupts the heap
+# ("corrupted size vs. prev_size") in training steps; reported to the lead.
+TINY_FLAGS = ("--dataset=cityscapes", "--width_multiplier=0.25", "--middle_repeats=1",
+              "--crop_size=64,64", "--batch_size=2", "--warmup_steps=0", "--log_every=1",
+              "--learning_rate=0.01", "--seed=0")
+
+
+def main_env():
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
+
+
+def run_main(*args, timeout=180, check=True):
+    """Runs main.py in a fresh process; returns the CompletedProcess (stdout+stderr as text)."""
+    proc = subprocess.run([sys.executable, MAIN, *args], capture_output=True, text=True,
+                          timeout=timeout, env=main_env(), cwd=ROOT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"main.py {' '.join(args)} exited {proc.returncode}:\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def start_main(*args):
+    """main.py as a background process (stdout piped, line-buffered text)."""
+    return subprocess.Popen([sys.executable, MAIN, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=main_env(), cwd=ROOT)
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory):
+    """A small synthetic Cityscapes-layout set (read as "cityscapes")."""
+    from tfseg.data import write_synthetic_cityscapes
+
+    return write_synthetic_cityscapes(str(tmp_path_factory.mktemp("data")), num_train=6,
+                                      num_val=2, height=64, width=96, seed=0)
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory, data_dir):
+    """(data_dir, model_dir) of a tiny model trained for 6 steps."""
+    model_dir = str(tmp_path_factory.mktemp("trained"))
+    run_main("--mode=train", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+             "--train_steps=6", "--checkpoint_every=3", *TINY_FLAGS)
+    return data_dir, model_dir

@@ -1,0 +1,69 @@
+"""tf.distribute: 2 mirrored replicas update like 1 device; two local workers train together."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.train.conftest import ROOT, main_env
+
+
+@pytest.mark.slow
+def test_two_mirrored_replicas_update_like_one_device():
+    """Same global batch (with unevenly split ignore pixels and class weights), 2 steps, float64.
+
+    Group norm only: tracing the sync-batch-norm model for 2 replicas takes ~40 s on
+    2 cores (it matches too: `python -m tests.train.replicas sync_batch`, diff ~5e-15).
+    """
+    proc = subprocess.run([sys.executable, "-m", "tests.train.replicas", "group"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=main_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for norm, result in json.loads(proc.stdout.strip().splitlines()[-1]).items():
+        assert result["max_update"] > 1e-3, norm  # the steps did move the weights
+        assert result["max_weight_diff"] < 1e-9 * max(1.0, result["max_update"]), (norm, result)
+        np.testing.assert_allclose(result["one"], result["two"], rtol=1e-9, err_msg=norm)
+
+
+def _free_ports(count):
+    import socket
+
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.slow
+def test_two_local_workers_train_together(tmp_path, data_dir):
+    """MultiWorkerMirroredStrategy from TF_CONFIG, two processes on loopback ports."""
+    from tests.train.conftest import MAIN, TINY_FLAGS
+
+    workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
+    procs = []
+    for index in range(2):
+        tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        env = dict(main_env(), TF_CONFIG=json.dumps(tf_config))
+        procs.append(subprocess.Popen(
+            [sys.executable, MAIN, "--mode=train", "--strategy=multi_worker",
+             f"--data_dir={data_dir}", f"--model_dir={tmp_path}", "--train_steps=3",
+             "--checkpoint_every=2", *TINY_FLAGS],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=240)[0])
+    finally:
+        for proc in procs:
+            proc.kill()
+    for proc, output in zip(procs, outputs):
+        assert proc.returncode == 0, output[-3000:]
+    assert "2 replica(s)" in outputs[0]
+    names = set(os.listdir(tmp_path))
+    assert {"checkpoint", "ckpt-2.index", "ckpt-3.index", "config.json"} <= names
+    assert not any(name.startswith("worker_tmp") for name in names)  # scratch copies removed

@@ -1,0 +1,109 @@
+"""main.py --mode=train end to end: resume, SIGTERM, NaN, kill -9 (real subprocesses)."""
+
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+import tensorflow as tf
+
+from tests.train.conftest import TINY_FLAGS, run_main, start_main
+
+
+def _steps(model_dir):
+    state = tf.train.get_checkpoint_state(model_dir)
+    return sorted(int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths)
+
+
+def _restored_step(model_dir):
+    step = tf.Variable(0, dtype=tf.int64)
+    tf.train.Checkpoint(step=step).restore(tf.train.latest_checkpoint(model_dir)).expect_partial()
+    return int(step.numpy())
+
+
+def _losses(output):
+    return [float(v) for v in re.findall(r"loss: ([-+0-9.e]+|nan|inf)", output)]
+
+
+@pytest.mark.slow
+def test_train_then_resume_continues_the_step_count(tmp_path, data_dir):
+    common = ("--mode=train", f"--data_dir={data_dir}", f"--model_dir={tmp_path}",
+              "--checkpoint_every=2", "--keep_checkpoints=2", *TINY_FLAGS)
+    first = run_main("--train_steps=4", *common)
+    assert "from scratch" in first.stdout
+    assert _steps(tmp_path) == [2, 4]
+    second = run_main("--train_steps=6", *common)
+    assert "at step 4" in second.stdout
+    assert _steps(tmp_path) == [4, 6] and _restored_step(tmp_path) == 6
+    losses = _losses(first.stdout + second.stdout)
+    assert losses and all(map(lambda v: v == v and abs(v) < 1e3, losses))
+    config = json.load(open(tmp_path / "config.json"))
+    assert config["train_steps"] == 6 and config["width_multiplier"] == 0.25
+    assert any(name.startswith("events") for name in os.listdir(tmp_path / "train"))
+    # Already done: a third run does nothing and says so.
+    assert "already trained" in run_main("--train_steps=6", *common).stdout
+
+
+def _wait_for(proc, pattern, timeout=120):
+    """Reads proc's output until ``pattern`` appears; returns everything read."""
+    seen, deadline = "", time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            break
+        seen += line
+        if re.search(pattern, seen):
+            return seen
+    proc.kill()
+    raise AssertionError(f"{pattern!r} never appeared:\n{seen[-3000:]}")
+
+
+@pytest.mark.slow
+def test_sigterm_saves_and_resume_finishes(tmp_path, data_dir):
+    common = (f"--data_dir={data_dir}", f"--model_dir={tmp_path}", "--mode=train",
+              "--checkpoint_every=1000", *TINY_FLAGS)
+    proc = start_main("--train_steps=100000", *common)
+    _wait_for(proc, r"\d+/100000")  # the first progress line: training is under way
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, output[-3000:]
+    assert "SIGTERM: saved" in output
+    stopped_at = _restored_step(tmp_path)
+    assert 1 <= stopped_at < 1000
+    resumed = run_main(f"--train_steps={stopped_at + 2}", *common)
+    assert f"at step {stopped_at}" in resumed.stdout
+    assert _restored_step(tmp_path) == stopped_at + 2
+
+
+@pytest.mark.slow
+def test_nan_loss_stops_without_saving_the_bad_state(tmp_path, data_dir):
+    proc = run_main("--mode=train", f"--data_dir={data_dir}", f"--model_dir={tmp_path}",
+                    "--train_steps=50", "--checkpoint_every=1", *TINY_FLAGS,
+                    "--learning_rate=1e30", check=False)
+    assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
+    message = proc.stderr.strip().splitlines()[-1]
+    assert re.search(r"loss is (nan|inf|-inf) at step (\d+)", message), message
+    bad_step = int(re.search(r"at step (\d+)", message).group(1))
+    # Every step before the bad one was saved; the bad one was not.
+    if bad_step == 1:
+        assert tf.train.latest_checkpoint(tmp_path) is None
+    else:
+        assert _steps(tmp_path)[-1] == bad_step - 1
+        assert _restored_step(tmp_path) == bad_step - 1
+
+
+@pytest.mark.slow
+def test_kill_9_leaves_a_loadable_latest_checkpoint(tmp_path, data_dir):
+    """CheckpointManager renames files into place and updates the state file last."""
+    common = (f"--data_dir={data_dir}", f"--model_dir={tmp_path}", "--mode=train",
+              "--checkpoint_every=1", "--keep_checkpoints=2", *TINY_FLAGS)
+    proc = start_main("--train_steps=100000", *common)
+    _wait_for(proc, r"\b4/100000")
+    proc.kill()  # SIGKILL, most likely in or near a save: one happens every step
+    proc.communicate(timeout=60)
+    step = _restored_step(tmp_path)  # raises if the latest checkpoint were torn
+    assert step >= 3
+    resumed = run_main(f"--train_steps={step + 1}", *common)
+    assert f"at step {step}" in resumed.stdout

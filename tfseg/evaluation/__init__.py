@@ -1,0 +1,1 @@
+"""tfseg evaluation: metrics, whole / sliding-window / multi-scale inference, and the eval run."""

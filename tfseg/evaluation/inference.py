@@ -1,0 +1,90 @@
+"""Class probabilities for whole images: one pass, sliding window, or multi-scale with flips."""
+
+import dataclasses
+from typing import Tuple
+
+import tensorflow as tf
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceConfig:
+    """How a whole image is turned into class probabilities.
+
+    Attributes:
+      mode: "whole" (one pass), "sliding" (``crop`` windows every ``stride``
+        pixels, probabilities averaged where they overlap) or "multiscale"
+        (each of ``scales``, and its left-right flip if ``flip``; every pass is
+        whole-image and the probabilities are averaged at the input size).
+    """
+
+    mode: str = "whole"
+    crop: Tuple[int, int] = (513, 513)
+    stride: Tuple[int, int] = (342, 342)
+    scales: Tuple[float, ...] = (1.0,)
+    flip: bool = False
+
+
+def _starts(size, window, stride):
+    """Window offsets covering [0, size): every ``stride``, plus one flush with the end."""
+    if size <= window:
+        return [0]
+    starts = list(range(0, size - window + 1, stride))
+    if starts[-1] != size - window:
+        starts.append(size - window)
+    return starts
+
+
+class Predictor:
+    """Softmax probabilities [1, H, W, C] for one image [1, H, W, 3] in [-1, 1].
+
+    The model runs in a ``tf.function`` with relaxed shapes, so images of new
+    sizes (scales, windows, data set images) do not retrace every time.
+    """
+
+    def __init__(self, model, config=InferenceConfig()):
+        self.config = config
+        self._forward = tf.function(lambda x: tf.nn.softmax(model(x, training=False)),
+                                    reduce_retracing=True)
+
+    def whole(self, image):
+        return self._forward(image)
+
+    def sliding(self, image):
+        height, width = image.shape[1], image.shape[2]
+        crop_h, crop_w = self.config.crop
+        # Images smaller than a window are padded with 0 (the input range's mean).
+        pad_h, pad_w = max(crop_h - height, 0), max(crop_w - width, 0)
+        padded = tf.pad(image, [[0, 0], [0, pad_h], [0, pad_w], [0, 0]])
+        full_h, full_w = height + pad_h, width + pad_w
+        total, counts = None, tf.zeros([1, full_h, full_w, 1])
+        for y in _starts(full_h, crop_h, self.config.stride[0]):
+            for x in _starts(full_w, crop_w, self.config.stride[1]):
+                probs = self._forward(padded[:, y:y + crop_h, x:x + crop_w])
+                paddings = [[0, 0], [y, full_h - y - crop_h], [x, full_w - x - crop_w], [0, 0]]
+                placed = tf.pad(probs, paddings)
+                total = placed if total is None else total + placed
+                counts += tf.pad(tf.ones([1, crop_h, crop_w, 1]), paddings)
+        return (total / counts)[:, :height, :width]
+
+    def multiscale(self, image):
+        size = tf.shape(image)[1:3]
+        total = 0.0
+        passes = 0
+        for scale in self.config.scales:
+            scaled_size = tf.cast(tf.round(tf.cast(size, tf.float32) * scale), tf.int32)
+            scaled = tf.image.resize(image, scaled_size, "bilinear")
+            flips = (False, True) if self.config.flip else (False,)
+            for flip in flips:
+                x = tf.reverse(scaled, [2]) if flip else scaled
+                probs = self._forward(x)
+                probs = tf.reverse(probs, [2]) if flip else probs
+                total += tf.image.resize(probs, size, "bilinear")
+                passes += 1
+        return total / passes
+
+    def __call__(self, image):
+        return getattr(self, self.config.mode)(image)
+
+    def classes(self, image):
+        """int32 class ids [1, H, W]."""
+        return tf.argmax(self(image), -1, output_type=tf.int32)

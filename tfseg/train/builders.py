@@ -1,0 +1,119 @@
+"""Builds the strategy, model, optimizer and data configs that a ``RunConfig`` describes."""
+
+import keras
+import tensorflow as tf
+
+from tfseg import data as data_lib
+from tfseg.models import deeplab_v3_plus
+
+
+class WarmupPolyDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up from 0 over ``warmup_steps``, then Keras' ``PolynomialDecay``.
+
+    Keras 3's ``PolynomialDecay`` has no warm-up (only ``CosineDecay`` has), so
+    this wraps it; the decay runs over the steps after the warm-up.
+    """
+
+    def __init__(self, learning_rate, train_steps, warmup_steps=0, end_learning_rate=0.0,
+                 power=0.9):
+        self.learning_rate = learning_rate
+        self.train_steps = train_steps
+        self.warmup_steps = warmup_steps
+        self.end_learning_rate = end_learning_rate
+        self.power = power
+        self.poly = keras.optimizers.schedules.PolynomialDecay(
+            learning_rate, max(train_steps - warmup_steps, 1), end_learning_rate, power=power)
+
+    def __call__(self, step):
+        step = tf.cast(step, tf.float32)
+        warm = self.learning_rate * (step + 1.0) / max(self.warmup_steps, 1)
+        decayed = self.poly(tf.maximum(step - self.warmup_steps, 0.0))
+        return tf.where(step < self.warmup_steps, warm, decayed)
+
+    def get_config(self):
+        return dict(learning_rate=self.learning_rate, train_steps=self.train_steps,
+                    warmup_steps=self.warmup_steps, end_learning_rate=self.end_learning_rate,
+                    power=self.power)
+
+
+def strategy(config):
+    """The ``tf.distribute`` strategy named by ``config.strategy``.
+
+    "multi_worker" reads the cluster from the ``TF_CONFIG`` environment variable.
+    """
+    if config.strategy == "one_device":
+        gpus = tf.config.list_logical_devices("GPU")
+        return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
+    if config.strategy == "mirrored":
+        return tf.distribute.MirroredStrategy()
+    if config.strategy == "multi_worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    return tf.distribute.get_strategy()
+
+
+def norm_for(config, strategy_):
+    """Batch norm becomes sync batch norm when more than one replica shares a step."""
+    if config.norm == "batch" and strategy_.num_replicas_in_sync > 1:
+        return "sync_batch"
+    return config.norm
+
+
+def set_dtype_policy(config):
+    keras.mixed_precision.set_global_policy(config.dtype_policy)
+
+
+def model(config, num_classes, norm=None):
+    """The DeepLabv3+ of ``config`` (build it under the strategy's scope)."""
+    return deeplab_v3_plus(
+        num_classes,
+        output_stride=config.output_stride,
+        norm=norm or config.norm,
+        width_multiplier=config.width_multiplier,
+        middle_repeats=config.middle_repeats,
+        dropout=config.dropout,
+        memory_saving=config.memory_saving,
+        recompute=tuple(config.recompute) or None,
+    )
+
+
+def optimizer(config, model_):
+    """Built SGD + momentum on the warm-up/poly schedule, decoupled weight decay on kernels only.
+
+    Weight decay is the optimizer's (``variable -= lr * wd * variable``), which
+    is the same on any number of replicas; norm scales/offsets and biases (the
+    1-D variables) are excluded. Under ``mixed_float16`` the optimizer is
+    wrapped in a ``LossScaleOptimizer``, which also skips non-finite updates.
+    """
+    schedule = WarmupPolyDecay(config.learning_rate, config.train_steps, config.warmup_steps,
+                               config.end_learning_rate, config.lr_power)
+    sgd = keras.optimizers.SGD(schedule, momentum=config.momentum,
+                               weight_decay=config.weight_decay or None)
+    if config.weight_decay:
+        sgd.exclude_from_weight_decay(
+            var_list=[v for v in model_.trainable_variables if len(v.shape) <= 1])
+    if config.dtype_policy == "mixed_float16":
+        sgd = keras.optimizers.LossScaleOptimizer(sgd)
+    # Built now (under the caller's strategy scope): a restore then fills the momentum
+    # slots at once, and no variable is created inside the distributed step's tf.cond.
+    sgd.build(model_.trainable_variables)
+    return sgd
+
+
+def data_config(config, training, batch_size=None):
+    """The ``tfseg.data.DataConfig`` for the training or the evaluation split."""
+    return data_lib.DataConfig(
+        dataset=config.dataset,
+        root=config.data_dir,
+        split=config.train_split if training else config.eval_split,
+        crop_size=tuple(config.crop_size),
+        batch_size=batch_size or (config.batch_size if training else 1),
+        scale_range=tuple(config.scale_range),
+        jitter=config.jitter,
+        cache=config.cache and training,
+        seed=config.seed,
+    )
+
+
+def source(config, training=False):
+    """The data set's ``Source`` (class names, palette) for a split."""
+    return data_lib.get_source(data_config(config, training))

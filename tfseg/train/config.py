@@ -1,0 +1,140 @@
+"""``RunConfig``: every setting of a train / eval / predict / export run, in one frozen value.
+
+main.py turns its absl flags into one of these once; library code only ever
+sees this value. Validation lives here, and every message names the flag
+(``--crop_size``) so that the command line can print it as a one-line usage error.
+"""
+
+import dataclasses
+import json
+from typing import Optional, Tuple
+
+NORMS = ("batch", "sync_batch", "group")
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
+DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
+EVAL_MODES = ("whole", "sliding", "multiscale")
+RECOMPUTE_BLOCKS = ("entry_block1", "entry_block3", "middle", "exit_block1", "exit_block2")
+
+
+def crop_ok(size, output_stride):
+    """The crop rule: each side is a multiple of the output stride, or one more.
+
+    "multiple + 1" (513, 769) is research/deeplab's corner-aligned convention,
+    "multiple" (1024x2048) is Cityscapes' full size. Other sizes work but leave
+    a ragged feature-map edge, which costs accuracy for nothing.
+    """
+    return size >= output_stride and size % output_stride in (0, 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """One run of the command line.
+
+    Data: ``dataset`` / ``data_dir`` / ``train_split`` / ``eval_split`` go to
+    ``tfseg.data.DataConfig``; ``crop_size`` is (height, width) and
+    ``batch_size`` the global batch (split over replicas).
+
+    Model: as ``tfseg.models.deeplab_v3_plus``; ``recompute`` is a tuple of
+    block names.
+
+    Optimisation: SGD with ``momentum``, poly decay (power ``lr_power``) from
+    ``learning_rate`` to ``end_learning_rate`` over ``train_steps``, after
+    ``warmup_steps`` of linear warm-up. ``weight_decay`` is the optimizer's
+    decoupled decay on kernels (not on norms or biases). ``class_weights`` (one
+    per class, or empty) weight each pixel's cross-entropy by its label.
+
+    Run: ``checkpoint_every`` steps between checkpoints, ``keep_checkpoints``
+    kept; ``log_every`` steps between TensorBoard scalars and progress lines.
+    ``eval_mode`` is "whole", "sliding" (``eval_crop`` windows every
+    ``eval_stride`` pixels) or "multiscale" (``eval_scales`` plus flips).
+    """
+
+    mode: str = "train"
+    dataset: str = "synthetic"
+    data_dir: str = "data/synthetic"
+    model_dir: str = "runs/synthetic"
+    train_split: str = "train"
+    eval_split: str = "val"
+    crop_size: Tuple[int, int] = (128, 128)
+    batch_size: int = 8
+    scale_range: Tuple[float, float] = (0.5, 2.0)
+    jitter: bool = False
+    cache: bool = True
+    seed: Optional[int] = 0
+
+    output_stride: int = 16
+    norm: str = "batch"
+    width_multiplier: float = 0.25
+    middle_repeats: int = 2
+    dropout: float = 0.1
+    memory_saving: bool = False
+    recompute: Tuple[str, ...] = ()
+    dtype_policy: str = "float32"
+    jit_compile: bool = False
+
+    train_steps: int = 1500
+    learning_rate: float = 0.05
+    end_learning_rate: float = 0.0
+    lr_power: float = 0.9
+    warmup_steps: int = 50
+    momentum: float = 0.9
+    weight_decay: float = 4e-5
+    class_weights: Tuple[float, ...] = ()
+
+    strategy: str = "default"
+    checkpoint_every: int = 250
+    keep_checkpoints: int = 3
+    log_every: int = 25
+    num_summary_images: int = 2
+
+    checkpoint: str = ""
+    eval_mode: str = "whole"
+    eval_crop: Tuple[int, int] = (129, 129)
+    eval_stride: Tuple[int, int] = (86, 86)
+    eval_scales: Tuple[float, ...] = (0.75, 1.0, 1.25)
+    eval_flip: bool = True
+    input_path: str = ""
+    output_dir: str = ""
+    export_dir: str = ""
+
+    def __post_init__(self):
+        def check(ok, flag, message):
+            if not ok:
+                raise ValueError(f"--{flag}: {message}")
+
+        check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        check(self.output_stride in (8, 16, 32), "output_stride",
+              f"must be 8, 16 or 32, got {self.output_stride}")
+        check(len(self.crop_size) == 2 and all(crop_ok(s, self.output_stride)
+                                               for s in self.crop_size),
+              "crop_size", f"{'x'.join(map(str, self.crop_size))} does not fit output stride "
+              f"{self.output_stride}: each side must be a multiple of it or one more "
+              f"(e.g. 513, 769, 1024)")
+        check(self.norm in NORMS, "norm", f"must be one of {NORMS}, got {self.norm!r}")
+        check(self.strategy in STRATEGIES, "strategy", f"must be one of {STRATEGIES}")
+        check(self.dtype_policy in DTYPE_POLICIES, "dtype_policy",
+              f"must be one of {DTYPE_POLICIES}")
+        check(self.eval_mode in EVAL_MODES, "eval_mode", f"must be one of {EVAL_MODES}")
+        for block in self.recompute:
+            check(block in RECOMPUTE_BLOCKS, "recompute",
+                  f"unknown block {block!r}; choose from {RECOMPUTE_BLOCKS}")
+        check(self.train_steps >= 1, "train_steps", "must be >= 1")
+        check(self.learning_rate > 0, "learning_rate", "must be > 0")
+        check(0 <= self.warmup_steps < self.train_steps, "warmup_steps",
+              "must be >= 0 and smaller than --train_steps")
+        check(self.checkpoint_every >= 1, "checkpoint_every", "must be >= 1")
+        check(self.keep_checkpoints >= 1, "keep_checkpoints", "must be >= 1")
+        check(self.log_every >= 1, "log_every", "must be >= 1")
+        check(all(w >= 0 for w in self.class_weights), "class_weights", "must be >= 0")
+        check(len(self.eval_crop) == 2 and min(self.eval_crop) >= 1, "eval_crop",
+              "must be HEIGHT,WIDTH")
+        check(len(self.eval_stride) == 2 and
+              all(0 < s <= c for s, c in zip(self.eval_stride, self.eval_crop)),
+              "eval_stride", "must be positive and at most --eval_crop (windows must overlap "
+              "or touch)")
+        check(self.eval_scales and min(self.eval_scales) > 0, "eval_scales", "must be > 0")
+        check(self.width_multiplier > 0, "width_multiplier", "must be > 0")
+        check(self.middle_repeats >= 1, "middle_repeats", "must be >= 1")
+
+    def to_json(self):
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
