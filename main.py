@@ -56,6 +56,40 @@ def run_export(config):
     return 0
 
 
+def run_report(config):
+    """Stock vs memory-saving vs recompute, measured side by side for the training
+    step these flags describe (crop size, batch, model, dtype)."""
+    import os
+
+    from tfseg import report
+    from tfseg.memory.measure import StepConfig
+
+    step = StepConfig(
+        num_classes=21 if config.dataset == "voc" else 19,
+        output_stride=config.output_stride,
+        norm=config.norm,
+        width_multiplier=config.width_multiplier,
+        middle_repeats=config.middle_repeats,
+        height=config.crop_size[0],
+        width=config.crop_size[1],
+        batch=config.batch_size,
+        jit_compile=config.jit_compile,
+        dtype_policy=config.dtype_policy,
+        timed_steps=1,
+    )
+    out_dir = config.report_dir or os.path.join(config.model_dir, "report")
+    result = report.run(
+        report.ReportConfig(
+            step=step,
+            memory_budget_gb=config.memory_budget_gb or None,
+            out_dir=out_dir,
+        )
+    )
+    print(report.render.table(result))
+    print(f"wrote {out_dir}/report.json, report.md, parts.png")
+    return 0
+
+
 def run_validate(config):
     """Parses the flags (and flagfiles) into a config and prints it; no TensorFlow."""
     print(config.to_json())
@@ -68,6 +102,7 @@ MODES = {
     "eval": run_eval,
     "predict": run_predict,
     "export": run_export,
+    "report": run_report,
     "validate": run_validate,
 }
 
@@ -122,6 +157,9 @@ flags.DEFINE_string("output_dir", d.output_dir, "predict: output folder "
                     "(default: MODEL_DIR/predictions).")
 flags.DEFINE_string("export_dir", d.export_dir,
                     "export: output folder (default: MODEL_DIR/export).")
+flags.DEFINE_float("memory_budget_gb", d.memory_budget_gb,
+                   "report: plan the largest batch and crop that fit this budget (0: skip).")
+flags.DEFINE_string("report_dir", d.report_dir, "report: output folder (default: MODEL_DIR/report).")
 FLAGS = flags.FLAGS
 
 

@@ -1,6 +1,9 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# oneDNN's CPU kernels corrupted the heap on some tiny-width (8-channel) training
+# steps here; tests (and the subprocesses they start) use TF's own kernels.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import keras  # noqa: E402
 import pytest  # noqa: E402

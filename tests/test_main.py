@@ -53,6 +53,7 @@ def test_fullres_flagfile_is_batch_1_group_norm_memory_saving():
 BAD = {
     "unknown_mode": (("--mode=dance",), "--mode"),
     "batch_0": (("--batch_size=0",), "--batch_size"),
+    "negative_budget": (("--mode=report", "--memory_budget_gb=-1"), "--memory_budget_gb"),
     "crop_not_fitting_stride": (("--crop_size=100,100",), "--crop_size"),
     "crop_not_fitting_os8": (("--crop_size=513,515", "--output_stride=8"), "--crop_size"),
     "crop_not_a_number": (("--crop_size=big",), "--crop_size"),

@@ -56,6 +56,8 @@ def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_eps
     """
     axes = list(range(len(x.shape) - 1))
     dtype = _stat_dtype(x.dtype)
+    # Read outside `backward`: a closure over x would keep it alive on an eager tape.
+    x_dtype, gamma_dtype, beta_dtype = x.dtype, gamma.dtype, beta.dtype
 
     @tf.custom_gradient
     def forward(x, gamma, beta):
@@ -79,7 +81,7 @@ def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_eps
                 [sum_dy, sum_dy_xhat, count], synchronized
             )
             dx = (g * inv_std) * (dy32 - g_sum_dy / g_count - x_hat * (g_sum_dy_xhat / g_count))
-            return tf.cast(dx, x.dtype), tf.cast(sum_dy_xhat, gamma.dtype), tf.cast(sum_dy, beta.dtype)
+            return tf.cast(dx, x_dtype), tf.cast(sum_dy_xhat, gamma_dtype), tf.cast(sum_dy, beta_dtype)
 
         return (y, mean, variance), backward
 
@@ -94,6 +96,7 @@ def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_E
     stat_axes = spatial_axes + [len(x.shape)]
     per_group = (groups, channels // groups)
     dtype = _stat_dtype(x.dtype)
+    x_dtype, gamma_dtype, beta_dtype = x.dtype, gamma.dtype, beta.dtype
 
     def grouped(t):
         return tf.reshape(t, tf.concat([tf.shape(t)[:-1], per_group], 0))
@@ -108,7 +111,8 @@ def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_E
         # The same arithmetic as keras.layers.GroupNormalization, for identical outputs.
         scale = inv_std * g
         y = xg * scale + (b - mean * scale)
-        y = tf.cast(tf.reshape(y, tf.shape(x)), x.dtype)
+        x_shape = tf.shape(x)  # not x itself: see inplace_batch_norm
+        y = tf.cast(tf.reshape(y, x_shape), x_dtype)
 
         def backward(dy):
             dyg = grouped(tf.cast(dy, dtype))
@@ -122,9 +126,9 @@ def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_E
                 - tf.reduce_mean(dxhat, stat_axes, keepdims=True)
                 - x_hat * tf.reduce_mean(dxhat * x_hat, stat_axes, keepdims=True)
             )
-            dx = tf.cast(tf.reshape(dx, tf.shape(x)), x.dtype)
-            dgamma = tf.cast(tf.reshape(dgamma, [channels]), gamma.dtype)
-            return dx, dgamma, tf.cast(tf.reshape(dbeta, [channels]), beta.dtype)
+            dx = tf.cast(tf.reshape(dx, x_shape), x_dtype)
+            dgamma = tf.cast(tf.reshape(dgamma, [channels]), gamma_dtype)
+            return dx, dgamma, tf.cast(tf.reshape(dbeta, [channels]), beta_dtype)
 
         return y, backward
 

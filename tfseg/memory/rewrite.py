@@ -167,7 +167,8 @@ def _segment_nodes(graph, segment):
     for node in graph.nodes:
         if id(node) in inside and node.operation is not end:
             for tensor in node.outputs:
-                if any(id(user) not in inside for user in graph.consumers[id(tensor)]):
+                used = graph.consumers[id(tensor)]
+                if id(tensor) in graph.outputs or any(id(user) not in inside for user in used):
                     raise ValueError(
                         f"recompute segment {segment.name!r}: {node.operation.name!r} is used outside it"
                     )
@@ -195,6 +196,10 @@ def rewrite(model, fuse_relu_conv=True, inplace_norm=True, lean_dilated=True, re
     graph = _Graph(model)
     summary = plan(model, fuse_relu_conv, inplace_norm, lean_dilated, recompute)
     segments = [(s, *_segment_nodes(graph, s)) for s in recompute or ()]
+    for i, (a, inside_a, _, _) in enumerate(segments):
+        for b, inside_b, _, _ in segments[i + 1 :]:
+            if inside_a & inside_b:
+                raise ValueError(f"recompute segments {a.name!r} and {b.name!r} overlap")
     in_segment = set().union(*(inside for _, inside, _, _ in segments)) if segments else set()
     segment_at_end = {id(end): (s, inside, start) for s, inside, start, end in segments}
     new_layers = {}

@@ -33,13 +33,11 @@ def run(config, log=print):
         log(f"measuring {name} ...")
         m = measure(_variant(config, name))
         a = m["analysis"]
-        stock = report["variants"].get("stock")
         kept_total = max(1, a["kept_bytes"])
         report["variants"][name] = {
             "measured_peak_bytes": m["peak_over_base_bytes"],
             "base_bytes": m["base_bytes"],
             "step_seconds": m["step_seconds"],
-            "ratio_to_stock": m["peak_over_base_bytes"] / stock["measured_peak_bytes"] if stock else 1.0,
             "static_estimate_bytes": a["estimated_peak_bytes"],
             "accounted": {
                 "parameter_bytes": a["parameter_bytes"],
@@ -54,6 +52,9 @@ def run(config, log=print):
             "breakdown_percent": {p: 100.0 * b / kept_total for p, b in a["kept_by_part"].items()},
             "_measured": m,
         }
+    stock = report["variants"].get("stock")
+    for v in report["variants"].values():
+        v["ratio_to_stock"] = v["measured_peak_bytes"] / stock["measured_peak_bytes"] if stock else None
     if config.memory_budget_gb:
         report["plan"] = plan(config, report, log)
     for v in report["variants"].values():

@@ -15,7 +15,7 @@ def table(report):
     for name, v in report["variants"].items():
         a = v["accounted"]
         rows.append(
-            f"{name:<15}{v['measured_peak_bytes'] / MIB:>13.0f}{v['ratio_to_stock']:>8.2f}"
+            f"{name:<15}{v['measured_peak_bytes'] / MIB:>13.0f}{v['ratio_to_stock'] or float('nan'):>8.2f}"
             f"{v['static_estimate_bytes'] / MIB:>11.0f}{v['step_seconds']:>8.2f}"
             f"{a['parameter_bytes'] / MIB:>8.0f}{a['gradient_bytes'] / MIB:>7.0f}"
             f"{a['optimizer_slot_bytes'] / MIB:>7.0f}{a['activation_bytes'] / MIB:>8.0f}"

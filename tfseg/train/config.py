@@ -96,6 +96,10 @@ class RunConfig:
     input_path: str = ""
     output_dir: str = ""
     export_dir: str = ""
+    # report: the budget to plan for (0: no planner) and where the files go
+    # (default MODEL_DIR/report)
+    memory_budget_gb: float = 0.0
+    report_dir: str = ""
 
     def __post_init__(self):
         def check(ok, flag, message):
@@ -135,6 +139,7 @@ class RunConfig:
         check(self.eval_scales and min(self.eval_scales) > 0, "eval_scales", "must be > 0")
         check(self.width_multiplier > 0, "width_multiplier", "must be > 0")
         check(self.middle_repeats >= 1, "middle_repeats", "must be >= 1")
+        check(self.memory_budget_gb >= 0, "memory_budget_gb", "must be >= 0")
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
