@@ -55,3 +55,10 @@ def test_recompute_layer_round_trips_through_config():
     clone.set_weights(model.get_weights())
     x = np.random.rand(1, 5, 5, 8).astype("float32")
     np.testing.assert_array_equal(clone(x, training=False), model(x, training=False))
+
+
+def test_recompute_refuses_blocks_with_dropout():
+    x = keras.Input((None, None, 4))
+    block = keras.Model(x, keras.layers.Dropout(0.5)(x))
+    with pytest.raises(ValueError, match="dropout"):
+        Recompute(block, name="r")

@@ -24,6 +24,10 @@ class Recompute(keras.layers.Layer):
 
     def __init__(self, block, **kwargs):
         super().__init__(**kwargs)
+        random = [l.name for l in block._flatten_layers() if isinstance(l, keras.layers.Dropout)]
+        if random:
+            # The second run would draw other masks: silently wrong gradients.
+            raise ValueError(f"{self.name}: cannot recompute a block with dropout: {random}")
         self.block = block
         # The static shape of the last traced call, for memory analysis.
         self.traced_input_shape = None

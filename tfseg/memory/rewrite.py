@@ -203,6 +203,9 @@ def rewrite(model, fuse_relu_conv=True, inplace_norm=True, lean_dilated=True, re
     in_segment = set().union(*(inside for _, inside, _, _ in segments)) if segments else set()
     segment_at_end = {id(end): (s, inside, start) for s, inside, start, end in segments}
     new_layers = {}
+    nested = [n.operation.name for n in graph.nodes if isinstance(n.operation, keras.Model)]
+    if nested:
+        log.warning("%s: nested models are copied as they are, not rewritten: %s", model.name, nested)
 
     def twin(layer):
         if layer not in new_layers:

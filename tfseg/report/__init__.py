@@ -81,8 +81,11 @@ def plan(config, report, log=print, max_runs=6):
                     step = dataclasses.replace(
                         _variant(config, name), batch=batch, timed_steps=0, analyze=False
                     )
-                    m = measure(step)
-                    totals[batch] = m["base_bytes"] + m["peak_over_base_bytes"]
+                    try:
+                        m = measure(step)
+                        totals[batch] = m["base_bytes"] + m["peak_over_base_bytes"]
+                    except RuntimeError:  # out of memory on a device: does not fit
+                        totals[batch] = float("inf")
                 return totals.get(batch)
 
             batch = f.max_batch
