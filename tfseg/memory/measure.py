@@ -149,7 +149,9 @@ def measure(config, timeout=None):
     A fresh process per variant, so that no allocator state, cached kernels or
     leftover tensors of another variant distort the peak.
     """
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    # The CPU allocator keeps statistics only with oneDNN's allocator, so it is on
+    # here whatever the parent process chose.
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", TF_ENABLE_ONEDNN_OPTS="1")
     payload = json.dumps(dataclasses.asdict(config))
     proc = subprocess.run(
         [sys.executable, "-m", "tfseg.memory.measure", payload],
