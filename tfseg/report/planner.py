@@ -1,7 +1,7 @@
 """Largest batch and crop that fit a memory budget, from a measured step.
 
-Training memory is model state + batch x per-sample activations (see
-shared/seeds/001): weights and optimizer slots are the measured base; gradients
+Training memory is model state + batch x per-sample activations: weights and
+optimizer slots are the measured base; gradients
 are a fixed part of the step's peak; the rest of the peak scales with the batch,
 and at a fixed batch with the number of pixels.
 """
@@ -18,10 +18,6 @@ class Fit:
     max_square_crop: int
     per_sample_bytes: int
     fixed_bytes: int
-
-    def predicted_bytes(self, batch, pixels_per_sample, measured_pixels):
-        scale = pixels_per_sample / measured_pixels
-        return self.fixed_bytes + batch * self.per_sample_bytes * scale
 
 
 def fit(measured, budget_bytes):
