@@ -116,8 +116,8 @@ def plan(model, fuse_relu_conv=True, inplace_norm=True, lean_dilated=True, recom
     result = Plan(recomputed=[segment.name for segment in recompute or ()])
     for node in graph.nodes:
         layer = node.operation
-        if inplace_norm and type(layer) in _NORM_TWINS:
-            result.inplace.append(layer.name)
+        if inplace_norm and type(layer) in _NORM_TWINS and layer.name not in result.replacements:
+            result.inplace.append(layer.name)  # once, also for a layer called twice
             result.replacements[layer.name] = (_NORM_TWINS[type(layer)], {})
         conv_types = (keras.layers.DepthwiseConv2D, keras.layers.Conv2D)
         if type(layer) not in conv_types or len(layer._inbound_nodes) != 1:
