@@ -33,39 +33,50 @@ def run_eval(config):
     from tfseg.evaluation import evaluate
 
     evaluate.evaluate(config)
-    return 0
 
 
 def run_train_and_eval(config):
     if run_train(config)["stopped_by"] is None:
         run_eval(config)
-    return 0
 
 
 def run_predict(config):
     from tfseg.evaluation import predict
 
     predict.predict(config)
-    return 0
 
 
 def run_export(config):
     from tfseg.evaluation import export
 
     export.export(config)
-    return 0
+
+
+def report_num_classes(config):
+    """The class count of the run's config.json, else of the data set's class list
+    (CamVid: class_dict.csv, TFRecords: their metadata). Reads no images, so the
+    report plans a run before its data set is downloaded (except those two files)."""
+    from tfseg.data import camvid, cityscapes, tfrecords, voc
+    from tfseg.train.checkpoints import load_config
+
+    saved = load_config(config.model_dir)
+    if saved.get("class_names") and saved.get("dataset") == config.dataset:
+        return len(saved["class_names"])
+    if config.dataset == "camvid":
+        return len(camvid.read_class_dict(os.path.join(config.data_dir, "class_dict.csv"))[0])
+    if config.dataset == "tfrecord":
+        return len(tfrecords.read_metadata(config.data_dir, config.train_split)["class_names"])
+    return voc.NUM_CLASSES if config.dataset == "voc" else cityscapes.NUM_CLASSES
 
 
 def run_report(config):
     """Stock vs memory-saving vs recompute, measured side by side for the training
     step these flags describe (crop size, batch, model, dtype)."""
-    import os
-
     from tfseg import report
     from tfseg.memory.measure import StepConfig
 
     step = StepConfig(
-        num_classes=21 if config.dataset == "voc" else 19,
+        num_classes=report_num_classes(config),
         output_stride=config.output_stride,
         norm=config.norm,
         width_multiplier=config.width_multiplier,
@@ -82,18 +93,18 @@ def run_report(config):
         report.ReportConfig(
             step=step,
             memory_budget_gb=config.memory_budget_gb or None,
+            recompute_blocks=config.recompute or None,
+            max_verify_seconds=config.report_verify_seconds,
             out_dir=out_dir,
         )
     )
     print(report.render.table(result))
     print(f"wrote {out_dir}/report.json, report.md, parts.png")
-    return 0
 
 
 def run_validate(config):
     """Parses the flags (and flagfiles) into a config and prints it; no TensorFlow."""
     print(config.to_json())
-    return 0
 
 
 MODES = {
@@ -121,6 +132,12 @@ flags.DEFINE_list("scale_range", list(map(str, d.scale_range)), "Random scale MI
 flags.DEFINE_bool("jitter", d.jitter, "Photometric jitter.")
 flags.DEFINE_bool("cache", d.cache, "Cache decoded training images in memory.")
 flags.DEFINE_integer("seed", d.seed, "Data seed (-1: fresh randomness).")
+flags.DEFINE_string("data_service", d.data_service, "grpc://HOST:PORT of a tf.data service "
+                    "dispatcher for the training input (default: in-process).")
+flags.DEFINE_bool("deterministic", d.deterministic, "Fixed element order in the training input "
+                  "(reproducible batches with --seed; a little slower).")
+flags.DEFINE_bool("skip_bad_examples", d.skip_bad_examples,
+                  "Log, count and drop unreadable files instead of stopping.")
 flags.DEFINE_integer("output_stride", d.output_stride, "8, 16 or 32.")
 flags.DEFINE_string("norm", d.norm, "batch, sync_batch or group (batch becomes sync_batch "
                     "with more than one replica).")
@@ -145,6 +162,8 @@ flags.DEFINE_integer("checkpoint_every", d.checkpoint_every, "Steps between chec
 flags.DEFINE_integer("keep_checkpoints", d.keep_checkpoints, "Checkpoints kept.")
 flags.DEFINE_integer("log_every", d.log_every, "Steps between progress lines and summaries.")
 flags.DEFINE_integer("num_summary_images", d.num_summary_images, "Sample predictions logged.")
+flags.DEFINE_integer("eval_every", d.eval_every, "Steps between whole-image mIoU evaluations "
+                     "on --eval_split during training, to TensorBoard (0: none).")
 flags.DEFINE_string("checkpoint", d.checkpoint, "eval/predict/export: checkpoint path or name "
                     "in --model_dir (default: latest).")
 flags.DEFINE_string("eval_mode", d.eval_mode, "whole, sliding or multiscale.")
@@ -159,7 +178,11 @@ flags.DEFINE_string("export_dir", d.export_dir,
                     "export: output folder (default: MODEL_DIR/export).")
 flags.DEFINE_float("memory_budget_gb", d.memory_budget_gb,
                    "report: plan the largest batch and crop that fit this budget (0: skip).")
-flags.DEFINE_string("report_dir", d.report_dir, "report: output folder (default: MODEL_DIR/report).")
+flags.DEFINE_float("report_verify_seconds", d.report_verify_seconds,
+                   "report: skip a plan-verification run estimated to take longer (0: verify "
+                   "nothing, only predict).")
+flags.DEFINE_string("report_dir", d.report_dir,
+                    "report: output folder (default: MODEL_DIR/report).")
 FLAGS = flags.FLAGS
 
 

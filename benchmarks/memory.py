@@ -16,8 +16,7 @@ import statistics
 import sys
 
 from tfseg.memory.measure import StepConfig, measure
-
-FULL_RECOMPUTE = ("entry_block1", "entry_block3", "middle", "exit_block1", "exit_block2")
+from tfseg.models.xception import DEFAULT_RECOMPUTE
 TARGETS = {"memory_saving": (0.50, 1.10), "recompute": (0.35, 1.35)}
 
 
@@ -34,11 +33,11 @@ def variants(args):
     rows = {
         "stock": base,
         "memory_saving": dataclasses.replace(base, variant="memory_saving"),
-        "recompute": dataclasses.replace(base, variant="recompute", recompute_blocks=FULL_RECOMPUTE),
+        "recompute": dataclasses.replace(base, variant="recompute", recompute_blocks=tuple(args.recompute)),
         "stock_xla": dataclasses.replace(base, jit_compile=True),
     }
     if args.full_resolution:
-        rows["memory_saving_bf16"] = dataclasses.replace(
+        rows["recompute_bf16"] = dataclasses.replace(
             rows["recompute"], dtype_policy="mixed_bfloat16"
         )
     return {name: rows[name] for name in args.variants or rows}
@@ -67,6 +66,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=1, help="fresh processes per variant")
     parser.add_argument("--timed_steps", type=int, default=1)
     parser.add_argument("--variants", nargs="*", help="subset of variants to run")
+    parser.add_argument("--recompute", nargs="*", default=DEFAULT_RECOMPUTE,
+                        help="backbone blocks the recompute variant recomputes")
     args = parser.parse_args(argv)
     if args.full_resolution:
         args.height, args.width, args.batch = 1024, 2048, 1

@@ -63,6 +63,12 @@ BAD = {
     "stray_argument": (("train",), "unexpected arguments"),
     "not_an_integer": (("--train_steps=ten",), "train_steps"),
     "missing_flagfile": (("--flagfile=/nonexistent/x.flags",), "x.flags"),
+    "dropout_2": (("--dropout=2",), "--dropout"),
+    "momentum_5": (("--momentum=5",), "--momentum"),
+    "unknown_dataset": (("--dataset=foo", "--mode=validate"), "--dataset"),
+    "scale_range_reversed": (("--scale_range=2,0.5", "--mode=validate"), "--scale_range"),
+    "data_service_not_grpc": (("--data_service=localhost:5050",), "--data_service"),
+    "negative_eval_every": (("--eval_every=-1",), "--eval_every"),
 }
 
 
@@ -73,6 +79,36 @@ def test_bad_flags_exit_2_with_one_line(args, names):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("main.py: error:"), proc.stderr
     assert names in lines[0]
+
+
+def test_data_and_eval_flags_reach_the_config():
+    proc = _main("--data_service=grpc://localhost:5050", "--deterministic",
+                 "--skip_bad_examples", "--eval_every=100", "--mode=validate")
+    config = json.loads(proc.stdout)
+    assert config["data_service"] == "grpc://localhost:5050"
+    assert config["deterministic"] and config["skip_bad_examples"] and config["eval_every"] == 100
+    default = json.loads(_main("--mode=validate").stdout)
+    assert (default["data_service"], default["deterministic"], default["eval_every"]) == \
+        ("", False, 0)
+
+
+def test_report_takes_the_class_count_from_the_data_set(tmp_path):
+    """CamVid's classes are those of its class_dict.csv (void rows are not classes)."""
+    import main
+    from tfseg.train.config import RunConfig
+
+    (tmp_path / "class_dict.csv").write_text(
+        "name,r,g,b\nsky,128,128,128\nroad,128,64,128\ncar,64,0,128\nVoid,0,0,0\n")
+    run = str(tmp_path / "run")
+    assert main.report_num_classes(RunConfig(dataset="camvid", data_dir=str(tmp_path),
+                                             model_dir=run)) == 3
+    assert main.report_num_classes(RunConfig(dataset="voc", model_dir=run)) == 21
+    assert main.report_num_classes(RunConfig(dataset="synthetic", model_dir=run)) == 19
+    # A trained run's own classes come first.
+    os.makedirs(run)
+    with open(os.path.join(run, "config.json"), "w") as f:
+        json.dump({"dataset": "tfrecord", "class_names": ["a", "b"]}, f)
+    assert main.report_num_classes(RunConfig(dataset="tfrecord", model_dir=run)) == 2
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])

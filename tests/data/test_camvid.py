@@ -37,6 +37,18 @@ def test_colour_labels_need_all_three_channels(tmp_path):
     assert stats.as_dict()["unknown_label_pixels"] == 2 * 48 // 6
 
 
+def test_class_dict_with_utf8_byte_order_mark(tmp_path):
+    """As Excel's "CSV UTF-8" writes it: the BOM must not end up in the header."""
+    expected = _tree(tmp_path)
+    (tmp_path / "class_dict.csv").write_bytes(CSV.replace("\n", "\r\n").encode("utf-8-sig"))
+    assert (tmp_path / "class_dict.csv").read_bytes().startswith(b"\xef\xbb\xbfname,")
+    names, _, _ = camvid.read_class_dict(str(tmp_path / "class_dict.csv"))
+    assert names == ("Sky", "Road", "Car")
+    source = camvid.source(str(tmp_path), "train")
+    (_, label), = pairs_to_examples(pairs_dataset(source.pairs), source)
+    np.testing.assert_array_equal(label.numpy(), expected)
+
+
 def test_bad_class_dict_is_named(tmp_path):
     (tmp_path / "class_dict.csv").write_text("name,r,g,b\na,1,2,3\nb,1,2,3\n")
     with pytest.raises(ValueError, match="class_dict.csv"):

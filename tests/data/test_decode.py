@@ -10,7 +10,7 @@ from tests.data.trees import cityscapes_tree, save
 
 
 def _break_image(path, kind):
-    """Replace the image at ``path`` with a broken or unusual one; True if still valid."""
+    """Replace the image at ``path`` with a broken or unusual one; returns the array saved."""
     good = open(path, "rb").read()
     rng = np.random.default_rng(0)
     if kind == "truncated":
@@ -19,13 +19,15 @@ def _break_image(path, kind):
         open(path, "wb").write(rng.integers(0, 256, 300, dtype=np.uint8).tobytes())
     elif kind == "empty":
         open(path, "wb").write(b"")
-    elif kind == "grayscale":
-        save(path, rng.integers(0, 256, (12, 16), dtype=np.uint8), "L")
-    elif kind == "rgba":
-        save(path, rng.integers(0, 256, (12, 16, 4), dtype=np.uint8), "RGBA")
-    elif kind == "16bit":
-        save(path, rng.integers(0, 65536, (12, 16)).astype(np.uint16))
-    return kind in ("grayscale", "rgba", "16bit")
+    else:
+        array = {
+            "grayscale": lambda: rng.integers(0, 256, (12, 16), dtype=np.uint8),
+            "rgba": lambda: rng.integers(0, 256, (12, 16, 4), dtype=np.uint8),
+            "16bit": lambda: rng.integers(0, 65536, (12, 16)).astype(np.uint16),
+        }[kind]()
+        save(path, array)
+        return array
+    return None
 
 
 def _examples(root, skip=False, stats=None):
@@ -54,11 +56,19 @@ def test_training_pipeline_names_a_corrupt_file(tmp_path):
 @pytest.mark.parametrize("kind", ["grayscale", "rgba", "16bit"])
 def test_unusual_images_are_accepted_and_converted(tmp_path, kind):
     pairs = cityscapes_tree(tmp_path, n=1)
-    _break_image(pairs[0][0], kind)
+    array = _break_image(pairs[0][0], kind)
     (image, _), = _examples(tmp_path)
     assert image.shape == (12, 16, 3) and image.dtype == np.uint8
     if kind == "grayscale":
-        np.testing.assert_array_equal(image[..., 0], image[..., 2])
+        np.testing.assert_array_equal(image, np.repeat(array[..., None], 3, -1))
+    elif kind == "rgba":
+        np.testing.assert_array_equal(image, array[..., :3])
+    else:
+        with open(pairs[0][0], "rb") as f:
+            assert f.read(25)[24] == 16  # IHDR bit depth: PIL really wrote 16 bits
+        # Scaled to 8 bits: the high byte (rounding may add 1), the same in R, G and B.
+        high = np.repeat((array >> 8)[..., None], 3, -1).astype(int)
+        assert np.abs(image.astype(int) - high).max() <= 1
 
 
 @pytest.mark.parametrize("label", [

@@ -1,9 +1,14 @@
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfseg.data import DataConfig, DataStats, build_dataset, distribute, get_source
-from tests.data.trees import voc_tree
+from tfseg.data import (DataConfig, DataStats, build_dataset, build_dataset_with_stats,
+                        distribute, get_source)
+from tests.data.trees import cityscapes_tree, voc_tree
 
 
 def _config(root, **kwargs):
@@ -67,11 +72,56 @@ def test_synthetic_kind_writes_then_reads(tmp_path):
     assert image.shape == (5, 128, 256, 3)
 
 
-def test_distribute_fetches_to_device(synthetic_root):
+@pytest.mark.parametrize("training", [True, False])
+def test_build_dataset_with_stats_counts_unknown_label_ids(tmp_path, training):
+    cityscapes_tree(tmp_path, ids=list(range(34)) + [40, 200], n=3)  # 12x16 = 36 * 5 + 12
+    config = _config(str(tmp_path), crop_size=(8, 8), batch_size=1)
+    dataset, stats = build_dataset_with_stats(config, training)
+    assert stats.as_dict()["unknown_label_pixels"] == 0  # counted as the data is read
+    assert len(list(dataset)) == 3
+    # 40 and 200 sit at cycle positions 34 and 35 of 36: 5 pixels each per image,
+    # counted on the whole stored label even when training reads only a crop.
+    assert stats.as_dict() == dict(bad_examples=0, unknown_label_pixels=3 * 10,
+                                   unknown_label_examples=3)
+    assert "unknown ids" in stats.summary()
+
+
+def test_distribute_keeps_the_input_options(synthetic_root):
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     dataset = distribute(build_dataset(_config(synthetic_root), training=True), strategy)
+    # The options the distributed dataset was built with (no public accessor).
+    assert dataset._options.experimental_fetch_to_device is True
     image, label = next(iter(dataset))
     assert image.shape == (2, 32, 48, 3) and label.shape == (2, 32, 48)
+
+
+# Two logical CPUs make "device" and "host" differ without a GPU; they must be
+# configured before TF starts, hence a fresh process.
+_DEVICE_SCRIPT = """
+import sys
+import tensorflow as tf
+cpu, = tf.config.list_physical_devices("CPU")
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from tfseg.data import DataConfig, build_dataset, distribute
+strategy = tf.distribute.OneDeviceStrategy("/cpu:1")
+dataset = build_dataset(DataConfig(root=sys.argv[1], crop_size=(32, 48), batch_size=2), True)
+host = strategy.experimental_distribute_dataset(
+    dataset, tf.distribute.InputOptions(experimental_fetch_to_device=False))
+for distributed in (distribute(dataset, strategy), host):
+    print(*(t.device for t in next(iter(distributed))))
+"""
+
+
+def test_distribute_prefetches_onto_the_strategy_device(synthetic_root):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    result = subprocess.run([sys.executable, "-c", _DEVICE_SCRIPT, synthetic_root],
+                            cwd=root, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    fetched, hosted = [line.split() for line in result.stdout.strip().splitlines()[-2:]]
+    assert all(d.endswith("device:CPU:1") for d in fetched), fetched
+    # Without fetch_to_device the batches stay on the host: the check above can fail.
+    assert all(d.endswith("device:CPU:0") for d in hosted), hosted
 
 
 def test_data_service_elements_equal_local(synthetic_root):
@@ -89,6 +139,9 @@ def test_data_service_elements_equal_local(synthetic_root):
         for (a, b), (c, d) in zip(local, remote):
             np.testing.assert_array_equal(a, c)
             np.testing.assert_array_equal(b, d)
+    # This process cannot count what the workers decode: no stats to read.
+    assert build_dataset_with_stats(_config(synthetic_root, data_service=dispatcher.target),
+                                    True)[1] is None
 
 
 def test_config_validation_and_stats_with_service(synthetic_root):

@@ -18,8 +18,12 @@ def _scene(seed=0, size=(60, 84), block=10):
 
 
 def _interior(label, radius=2):
-    """Pixels whose (2r+1)^2 neighbourhood has a single label (away from class edges)."""
-    padded = np.pad(label, radius, mode="edge")
+    """Pixels whose (2r+1)^2 neighbourhood has a single label (away from class edges).
+
+    The crop border is never interior: its bilinear samples may mix in image
+    pixels just outside the crop, whose labels the crop does not show.
+    """
+    padded = np.pad(label, radius, constant_values=-1)
     same = np.ones(label.shape, bool)
     h, w = label.shape
     for dy in range(2 * radius + 1):
@@ -28,13 +32,8 @@ def _interior(label, radius=2):
     return same
 
 
-@pytest.mark.parametrize("seed", range(6))
-@pytest.mark.parametrize("crop", [(32, 48), (96, 120)])  # smaller and larger than the image
-def test_scale_crop_keeps_labels_and_alignment(seed, crop):
-    image, label = _scene(seed)
-    out_image, out_label = transforms.random_scale_crop(
-        image, label, tf.constant([seed, 7]), crop, (0.5, 2.0))
-    out_image, out_label = out_image.numpy(), out_label.numpy()
+def _assert_labels_kept_and_aligned(out_image, out_label, label, crop):
+    """Output labels are input labels or 255, and every pixel's colour is its label's."""
     assert out_image.shape == crop + (3,) and out_label.shape == crop
     assert set(np.unique(out_label)) <= set(np.unique(label)) | {255}
     inside = _interior(out_label) & (out_label != 255)
@@ -43,6 +42,35 @@ def test_scale_crop_keeps_labels_and_alignment(seed, crop):
     # Padding, where present, is the mean colour under label 255.
     padding = np.all(out_image == transforms.PAD_VALUE, axis=-1)
     assert np.all(out_label[padding] == 255)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("crop", [(32, 48), (96, 120)])  # smaller and larger than the image
+def test_scale_crop_keeps_labels_and_alignment(seed, crop):
+    image, label = _scene(seed)
+    out_image, out_label = transforms.random_scale_crop(
+        image, label, tf.constant([seed, 7]), crop, (0.5, 2.0))
+    _assert_labels_kept_and_aligned(out_image.numpy(), out_label.numpy(), label, crop)
+
+
+@pytest.mark.parametrize("crop", [(32, 48), (96, 120)])
+def test_train_transform_flip_keeps_labels_and_alignment(crop):
+    """The flip folded into the crop box: both outcomes keep labels and stay aligned."""
+    image, label = _scene(6)
+    flipped_seen = set()
+    for seed in range(8):
+        seed = tf.constant([seed, 11])
+        out_image, out_label = (t.numpy() for t in transforms.train_transform(
+            image, label, seed, crop, flip=True))
+        # The same seed without the flip draws the same crop: the reference.
+        unflipped = transforms.train_transform(image, label, seed, crop, flip=False)[1].numpy()
+        assert not np.array_equal(unflipped, unflipped[:, ::-1])  # the outcomes differ
+        flipped = np.array_equal(out_label, unflipped[:, ::-1])
+        assert flipped or np.array_equal(out_label, unflipped)
+        flipped_seen.add(flipped)
+        # Back from [-1, 1] to 0-255 to compare colours with COLOURS and PAD_VALUE.
+        _assert_labels_kept_and_aligned((out_image + 1.0) * 127.5, out_label, label, crop)
+    assert flipped_seen == {True, False}
 
 
 def test_scale_crop_identity_at_scale_one():

@@ -7,6 +7,7 @@ from tfseg import memory
 from tfseg.layers import Recompute
 from tfseg.models import LayerPolicy
 from tfseg.models.policy import separable_conv
+from tests.layers.twins import compare
 
 
 def unit(channels=8, memory_saving=False):
@@ -62,3 +63,75 @@ def test_recompute_refuses_blocks_with_dropout():
     block = keras.Model(x, keras.layers.Dropout(0.5)(x))
     with pytest.raises(ValueError, match="dropout"):
         Recompute(block, name="r")
+
+
+def separable(policy_norm, rate, strides, relu_inside, bias, name):
+    """Stock [ReLU ->] [pad ->] depthwise -> norm [-> ReLU] as a model, and the 1x1 conv."""
+    x = keras.Input((None, None, 6))
+    y = x if relu_inside else keras.layers.ReLU()(x)
+    if strides > 1:
+        y = keras.layers.ZeroPadding2D(((1, 1), (1, 1)))(y)
+    y = keras.layers.DepthwiseConv2D(3, strides=strides, dilation_rate=rate,
+                                     padding="valid" if strides > 1 else "same",
+                                     name=f"{name}_depthwise")(y)
+    norm = (keras.layers.GroupNormalization(groups=3, name=f"{name}_bn") if policy_norm == "group"
+            else keras.layers.BatchNormalization(momentum=0.9, name=f"{name}_bn"))
+    y = norm(y)
+    if relu_inside:
+        y = keras.layers.ReLU()(y)
+    return keras.Model(x, y), keras.layers.Conv2D(5, 1, use_bias=bias, name=f"{name}_pointwise")
+
+
+class Composition(keras.layers.Layer):
+    """The stock separable conv as one layer, for `compare`."""
+
+    def __init__(self, block, tail, **kwargs):
+        super().__init__(**kwargs)
+        tail.build(block.outputs[0].shape)
+        self.block, self.tail = block, tail
+
+    def call(self, inputs, training=None):
+        return self.tail(self.block(inputs, training=training))
+
+    def compute_output_shape(self, shape):
+        return self.tail.compute_output_shape(self.block.compute_output_shape(shape))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf_function"])
+@pytest.mark.parametrize("norm,rate,strides,relu_inside,bias", [
+    ("batch", 1, 1, False, False), ("batch", 1, 2, False, True), ("group", 2, 1, True, False),
+    ("batch", 3, 1, True, True)], ids=["plain", "stride2_bias", "group_dilated", "relu_inside"])
+def test_recompute_with_pointwise_tail_matches_stock_separable_conv(
+        norm, rate, strides, relu_inside, bias, compiled):
+    stock = Composition(*separable(norm, rate, strides, relu_inside, bias, "a"))
+    block, tail = separable(norm, rate, strides, relu_inside, bias, "b")
+    twin = Recompute(block, tail=tail, name="b_recompute")
+    # The tail was built outside the wrapper: its variables keep their own paths.
+    assert tail.kernel.path == "b_pointwise/kernel"
+    compare(stock, twin, (2, 11, 9, 6), compiled)
+
+
+def test_recompute_with_tail_under_mixed_bfloat16(mixed_bfloat16):
+    stock = Composition(*separable("batch", 1, 1, False, True, "a"))
+    twin = Recompute(*separable("batch", 1, 1, False, True, "b"), name="b_recompute")
+    compare(stock, twin, (2, 9, 7, 6), compiled=True, dtype="bfloat16", rtol=2e-2, atol=5e-2)
+
+
+def test_recompute_refuses_a_tail_that_is_not_linear():
+    block, _ = separable("batch", 1, 1, False, False, "a")
+    with pytest.raises(ValueError, match="tail"):
+        Recompute(block, tail=keras.layers.Conv2D(4, 1, activation="relu"), name="r")
+
+
+@pytest.mark.slow
+def test_property_separable_tail_over_random_shapes():
+    rng = np.random.RandomState(5)
+    for trial in range(8):
+        norm = str(rng.choice(["batch", "group"]))
+        rate, strides = (int(rng.choice([1, 2, 3])), 1) if rng.rand() < 0.5 else (1, 2)
+        relu_inside, bias = bool(rng.rand() < 0.5), bool(rng.rand() < 0.5)
+        shape = (int(rng.randint(1, 3)), int(rng.randint(5, 16)), int(rng.randint(5, 16)), 6)
+        stock = Composition(*separable(norm, rate, strides, relu_inside, bias, f"a{trial}"))
+        twin = Recompute(*separable(norm, rate, strides, relu_inside, bias, f"b{trial}"),
+                         name=f"b{trial}_recompute")
+        compare(stock, twin, shape, compiled=bool(trial % 2), seed=trial)

@@ -6,6 +6,7 @@ import tensorflow as tf
 from tfseg import memory
 from tfseg.layers import (
     InplaceBatchNormalization,
+    InplaceGroupNormalization,
     LeanDepthwiseConv2D,
     Recompute,
     ReluConv2D,
@@ -52,7 +53,38 @@ def test_rewrite_of_tfseg_model_keeps_weights_outputs_and_gradients(output_strid
     stock = deeplab_v3_plus(5, output_stride=output_stride, norm=norm, dropout=0.0, **TINY)
     segments = [memory.Segment("mid", "entry_block3_add", "middle_unit1_add")]
     new = memory.rewrite(stock, recompute=segments)
-    summary = memory.plan(stock)
+    summary = memory.plan(stock, recompute=segments)
+    # Every separable conv fuses (entry 3 x 3, middle 2 x 3, exit 2 x 3, ASPP 3,
+    # decoder 2), but those inside the recompute segment "mid".
+    assert len(summary.separable) == 9 + 6 + 6 + 3 + 2 - 3
+    assert ("middle_unit2_sepconv1_depthwise", "middle_unit2_sepconv1_pointwise") in summary.separable
+    assert all(not d.startswith("middle_unit1") for d, _ in summary.separable)
+    separable = new.get_layer("entry_block1_sepconv3_depthwise_recompute")
+    assert isinstance(separable, Recompute) and separable.tail.name == "entry_block1_sepconv3_pointwise"
+    assert type(separable.block.get_layer("entry_block1_sepconv3_depthwise_bn")) is (
+        keras.layers.BatchNormalization if norm == "batch" else keras.layers.GroupNormalization)
+    # ReLU -> conv outside separable convs: the stem, the logits and, inside "mid",
+    # each ReLU -> depthwise.
+    assert dict(summary.fused) == {"entry_conv1_relu": "entry_conv2",
+                                   "decoder_conv2_pointwise_relu": "logits",
+                                   **{f"middle_unit1_sepconv{i}_relu": f"middle_unit1_sepconv{i}_depthwise"
+                                      for i in (1, 2, 3)}}
+    assert isinstance(new.get_layer("entry_block1_sepconv3_pointwise_bn"), InplaceBatchNormalization
+                      if norm == "batch" else InplaceGroupNormalization)
+    # Inside "mid" the other twins still apply.
+    mid = new.get_layer("mid")
+    assert isinstance(mid.block.get_layer("middle_unit1_sepconv1_depthwise"), ReluDepthwiseConv2D)
+    images = np.random.RandomState(0).uniform(-1, 1, (2, H, W, 3))
+    assert_same_training_step(stock, new, images)
+
+
+# Each stride and each norm once: this path (fuse_separable=False) shares the
+# rewrite's machinery with the one above, which runs all four.
+@pytest.mark.parametrize("output_stride,norm", [(8, "group"), (16, "batch")])
+def test_rewrite_without_separable_fusion_uses_the_single_layer_twins(output_stride, norm, float64):
+    stock = deeplab_v3_plus(5, output_stride=output_stride, norm=norm, dropout=0.0, **TINY)
+    new = memory.rewrite(stock, fuse_separable=False)
+    summary = memory.plan(stock, fuse_separable=False)
     fused = dict(summary.fused)
     # ReLU->depthwise: 3 per unit with a leading ReLU (entry 1-3, 2 middle, exit 1), and
     # the ReLUs joining separable convs in exit block 2 (2) and the decoder (1).
@@ -71,7 +103,6 @@ def test_rewrite_of_tfseg_model_keeps_weights_outputs_and_gradients(output_strid
     assert new.get_layer("entry_block1_sepconv3_depthwise").input_padding == ((1, 1), (1, 1))
     assert isinstance(new.get_layer("aspp_sepconv1_pointwise"), ReluConv2D)
     assert isinstance(new.get_layer("aspp_sepconv3_depthwise"), LeanDepthwiseConv2D)
-    assert isinstance(new.get_layer("mid"), Recompute)
     names = {l.name for l in new.layers}
     assert not {"entry_block1_sepconv1_relu", "entry_block1_sepconv3_pad"} & names
     images = np.random.RandomState(0).uniform(-1, 1, (2, H, W, 3))
@@ -133,10 +164,13 @@ def test_rewrite_of_keras_applications(app, float64):
     model = getattr(keras.applications, app)(weights=None, input_shape=shape, classes=7)
     summary = memory.plan(model)
     # Xception: only its stem ReLU->Conv2D fuses (the rest is ReLU->SeparableConv2D,
-    # which has no twin here); MobileNetV2: ReLU6 is not ReLU, so nothing fuses.
+    # which has no twin here); MobileNetV2: ReLU6 is not ReLU, so no ReLU fuses, but
+    # each depthwise -> BN -> ReLU6 -> 1x1 projection is a separable conv.
     expected = [("block1_conv1_act", "block1_conv2")] if app == "Xception" else []
     assert summary.fused == expected and summary.lean == []
-    assert len(summary.inplace) == sum(
+    assert len(summary.separable) == (0 if app == "Xception" else 17)
+    separable_norms = 0 if app == "Xception" else 17
+    assert len(summary.inplace) + separable_norms == sum(
         type(l) is keras.layers.BatchNormalization for l in model.layers) > 30
     new = memory.rewrite(model)
     images = np.random.RandomState(0).rand(2, *shape)

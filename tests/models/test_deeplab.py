@@ -37,8 +37,11 @@ def test_logits_have_input_size_for_odd_inputs(output_stride, norm):
     assert logits.shape == (2, H, W, 5)
     assert logits.dtype == tf.float32
     assert np.isfinite(logits.numpy()).all()
-    # The same weights accept another size without rebuilding.
+    # The same weights accept other sizes without rebuilding, also ones that are not
+    # a multiple of the stride plus one.
     assert model(images[:, :65, :81], training=False).shape == (2, 65, 81, 5)
+    other = np.random.RandomState(1).uniform(-1, 1, (1, 100, 75, 3)).astype("float32")
+    assert model(other, training=False).shape == (1, 100, 75, 5)
 
 
 @pytest.mark.parametrize("output_stride,atrous", [(8, 3), (16, 3), (32, 0)])
@@ -74,8 +77,12 @@ def test_one_training_step_gives_every_variable_a_finite_gradient(norm):
     assert all((b != v.numpy()).any() for b, v in zip(before, model.trainable_variables))
 
 
-def test_config_round_trip_and_keras_file_give_identical_outputs(tmp_path):
-    model = tiny_model(norm="group")
+@pytest.mark.parametrize("norm", ["batch", "group"])
+def test_config_round_trip_and_keras_file_give_identical_outputs(tmp_path, norm):
+    model = tiny_model(norm=norm)
+    rng = np.random.RandomState(1)
+    for w in model.weights:  # moving statistics too: they are saved state
+        w.assign(w.numpy() + rng.uniform(0, 0.1, w.shape).astype("float32"))
     images, _ = batch()
     expected = model(images, training=False).numpy()
 
@@ -93,6 +100,8 @@ def test_config_round_trip_and_keras_file_give_identical_outputs(tmp_path):
 def test_mixed_bfloat16_trains_and_keeps_float32_logits(mixed_bfloat16):
     model = tiny_model()
     assert model.get_layer("entry_block1_sepconv1_pointwise").compute_dtype == "bfloat16"
+    # The logits conv itself computes in float32, not only the final resize.
+    assert model.get_layer("logits").compute_dtype == "float32"
     model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss=loss_fn)
     images, labels = batch()
     loss = model.train_on_batch(images, labels)

@@ -34,6 +34,20 @@ def start_main(*args):
                             stderr=subprocess.STDOUT, text=True, env=main_env(), cwd=ROOT)
 
 
+def scalars(directory, tag):
+    """{step: value} of a TensorBoard scalar in the event files of ``directory``."""
+    import tensorflow as tf
+
+    values = {}
+    for name in sorted(os.listdir(directory)):
+        if name.startswith("events"):
+            for event in tf.compat.v1.train.summary_iterator(os.path.join(directory, name)):
+                for value in event.summary.value:
+                    if value.tag == tag:
+                        values[event.step] = float(tf.make_ndarray(value.tensor))
+    return values
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory):
     """A small synthetic Cityscapes-layout set (read as "cityscapes")."""

@@ -1,4 +1,5 @@
-"""Run as a script: one training step on 2 mirrored logical CPUs vs on 1 device, same global batch.
+"""Run as a script: two training steps of the memory-saving model (recompute on) on 2 mirrored
+logical CPUs vs on 1 device, same global batch.
 
 A separate process because logical devices must be configured before
 TensorFlow initialises, which other tests in a pytest process have done.
@@ -23,8 +24,10 @@ def train(strategy, norm, images, labels, steps=2):
     from tfseg.train.config import RunConfig
     from tfseg.train.step import PixelLoss, make_train_step
 
+    # The memory-saving model with a recomputed block: its custom gradients are
+    # what tf.distribute has not seen before (the stock layers are Keras' own).
     config = RunConfig(width_multiplier=0.125, middle_repeats=1, dropout=0.0, norm=norm,
-                       crop_size=(33, 33), learning_rate=0.05, warmup_steps=0, train_steps=10,
+                       memory_saving=True, recompute=("middle",), crop_size=(33, 33), learning_rate=0.05, warmup_steps=0, train_steps=10,
                        class_weights=(1.0,) * 18 + (3.0,))
     keras.utils.set_random_seed(0)
     with strategy.scope():

@@ -39,9 +39,17 @@ def _free_ports(count):
     return ports
 
 
-@pytest.mark.slow
-def test_two_local_workers_train_together(tmp_path, data_dir):
-    """MultiWorkerMirroredStrategy from TF_CONFIG, two processes on loopback ports."""
+def _restored_step(model_dir):
+    import tensorflow as tf
+
+    step = tf.Variable(0, dtype=tf.int64)
+    tf.train.Checkpoint(step=step).restore(tf.train.latest_checkpoint(model_dir)).expect_partial()
+    return int(step.numpy())
+
+
+def _run_workers(model_dir, data_dir, train_steps):
+    """main.py --mode=train as two workers of one MultiWorkerMirroredStrategy cluster;
+    returns their outputs (chief first)."""
     from tests.train.conftest import MAIN, TINY_FLAGS
 
     workers = [f"127.0.0.1:{port}" for port in _free_ports(2)]
@@ -51,8 +59,8 @@ def test_two_local_workers_train_together(tmp_path, data_dir):
         env = dict(main_env(), TF_CONFIG=json.dumps(tf_config))
         procs.append(subprocess.Popen(
             [sys.executable, MAIN, "--mode=train", "--strategy=multi_worker",
-             f"--data_dir={data_dir}", f"--model_dir={tmp_path}", "--train_steps=3",
-             "--checkpoint_every=2", *TINY_FLAGS],
+             f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+             f"--train_steps={train_steps}", "--checkpoint_every=2", *TINY_FLAGS],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     outputs = []
     try:
@@ -63,7 +71,21 @@ def test_two_local_workers_train_together(tmp_path, data_dir):
             proc.kill()
     for proc, output in zip(procs, outputs):
         assert proc.returncode == 0, output[-3000:]
-    assert "2 replica(s)" in outputs[0]
+    return outputs
+
+
+@pytest.mark.slow
+def test_two_local_workers_train_together_and_resume(tmp_path, data_dir):
+    """MultiWorkerMirroredStrategy from TF_CONFIG, two processes on loopback ports:
+    2 steps, then both resume from the chief's checkpoint and go on to 4."""
+    first = _run_workers(tmp_path, data_dir, 2)
+    assert "2 replica(s)" in first[0]
+    assert all("from scratch" in output for output in first)
     names = set(os.listdir(tmp_path))
-    assert {"checkpoint", "ckpt-2.index", "ckpt-3.index", "config.json"} <= names
+    assert {"checkpoint", "ckpt-2.index", "config.json"} <= names
     assert not any(name.startswith("worker_tmp") for name in names)  # scratch copies removed
+
+    second = _run_workers(tmp_path, data_dir, 4)
+    for output in second:  # the non-chief too: it has no checkpoints of its own
+        assert f"resumed from {tmp_path}/ckpt-2 at step 2" in output, output[-3000:]
+    assert _restored_step(tmp_path) == 4

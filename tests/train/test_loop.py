@@ -9,7 +9,7 @@ import time
 import pytest
 import tensorflow as tf
 
-from tests.train.conftest import TINY_FLAGS, run_main, start_main
+from tests.train.conftest import TINY_FLAGS, run_main, scalars, start_main
 
 
 def _steps(model_dir):
@@ -31,9 +31,22 @@ def _losses(output):
 def test_train_then_resume_continues_the_step_count(tmp_path, data_dir):
     common = ("--mode=train", f"--data_dir={data_dir}", f"--model_dir={tmp_path}",
               "--checkpoint_every=2", "--keep_checkpoints=2", *TINY_FLAGS)
-    first = run_main("--train_steps=4", *common)
+    first = run_main("--train_steps=4", "--eval_every=2", *common)
     assert "from scratch" in first.stdout
     assert _steps(tmp_path) == [2, 4]
+    # --eval_every: val mIoU during training, logged and in TensorBoard at steps 2 and 4.
+    evals = re.findall(r"step ([24]): val mIoU 0\.\d{4} \(whole image, 2 images", first.stdout)
+    assert evals == ["2", "4"], first.stdout[-2000:]
+    mious = scalars(tmp_path / "eval", "miou")
+    assert sorted(mious) == [2, 4] and all(0 <= v <= 1 for v in mious.values())
+    # The progress bar's memory peak is a real number, labelled with where it comes from.
+    peaks = re.findall(r"(gpu|cpu|rss)_peak_MiB: ([0-9.]+)", first.stdout)
+    assert peaks and all(float(value) > 10 for _, value in peaks), first.stdout[-2000:]
+    # The input pipeline's counts: logged at each log step, summed up at the end.
+    bad = scalars(tmp_path / "train", "data/bad_examples")
+    assert sorted(bad) == [1, 2, 3, 4] and set(bad.values()) == {0.0}
+    assert scalars(tmp_path / "train", "data/unknown_label_pixels")
+    assert "tfseg data: 0 bad examples skipped, 0 label pixels with unknown ids" in first.stdout
     second = run_main("--train_steps=6", *common)
     assert "at step 4" in second.stdout
     assert _steps(tmp_path) == [4, 6] and _restored_step(tmp_path) == 6
@@ -41,6 +54,9 @@ def test_train_then_resume_continues_the_step_count(tmp_path, data_dir):
     assert losses and all(map(lambda v: v == v and abs(v) < 1e3, losses))
     config = json.load(open(tmp_path / "config.json"))
     assert config["train_steps"] == 6 and config["width_multiplier"] == 0.25
+    # What predict and export need of the data set is saved with the run.
+    assert len(config["class_names"]) == 19 and config["class_names"][0] == "road"
+    assert config["palette"][0] == [128, 64, 128] and len(config["palette"]) == 19
     assert any(name.startswith("events") for name in os.listdir(tmp_path / "train"))
     # Already done: a third run does nothing and says so.
     assert "already trained" in run_main("--train_steps=6", *common).stdout

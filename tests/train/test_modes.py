@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -26,6 +27,9 @@ def test_eval_writes_eval_json(trained):
     assert result["checkpoint"].endswith("ckpt-6")
     assert result["eval_mode"] == mode_flags[0].split("=")[1]
     assert set(result["per_class_iou"]) >= {"road", "sky", "car"}
+    assert result["data"] == {"bad_examples": 0, "unknown_label_pixels": 0,
+                              "unknown_label_examples": 0}
+    assert "tfseg data: 0 bad examples skipped" in proc.stdout
     assert "mIoU" in proc.stdout and "sky" in proc.stdout
     rows = open(os.path.join(model_dir, "eval", "confusion.csv")).read().splitlines()
     assert len(rows) == 20  # header + 19 Cityscapes classes
@@ -42,24 +46,70 @@ def test_eval_of_a_named_checkpoint(trained):
     assert result["step"] == 3
 
 
+def _no_data_flags(tmp_path):
+    """Flags naming a data set that is not there: predict and export must not need it."""
+    return "--dataset=cityscapes", f"--data_dir={tmp_path / 'deleted_data'}"
+
+
 @pytest.mark.slow
-def test_predict_writes_label_and_overlay_pngs(trained, tmp_path):
+def test_eval_with_a_checkpoint_of_another_run_uses_that_runs_config(trained, tmp_path):
+    """--model_dir's config.json describes another architecture; the one beside the
+    checkpoint wins."""
     data_dir, model_dir = trained
-    images = os.path.join(data_dir, "leftImg8bit", "val", "synth2")
-    run_main("--mode=predict", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
-             f"--input_path={images}", f"--output_dir={tmp_path}")
-    names = sorted(os.listdir(tmp_path))
+    other = tmp_path / "other_run"
+    other.mkdir()
+    (other / "config.json").write_text(
+        RunConfig(width_multiplier=0.5, middle_repeats=3, dataset="cityscapes").to_json())
+    proc = run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={other}",
+                    f"--checkpoint={model_dir}/ckpt-3")
+    assert f"{model_dir}/config.json" in proc.stdout
+    result = json.load(open(other / "eval" / "eval.json"))
+    assert result["step"] == 3 and result["checkpoint"] == f"{model_dir}/ckpt-3"
+
+
+@pytest.mark.slow
+def test_a_checkpoint_of_another_architecture_exits_2_naming_it(trained, tmp_path):
+    """Without a config.json beside it, the flags describe the model: here, wrongly."""
+    data_dir, model_dir = trained
+    for name in os.listdir(model_dir):
+        if name.startswith("ckpt-6."):
+            shutil.copy(os.path.join(model_dir, name), tmp_path)
+    proc = run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={tmp_path}/run",
+                    f"--checkpoint={tmp_path}/ckpt-6", "--dataset=cityscapes",
+                    "--width_multiplier=0.25", "--middle_repeats=2", check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert lines[0].startswith(f"main.py: error: tfseg: checkpoint {tmp_path}/ckpt-6 does not "
+                               f"match the model")
+    assert "model weights missing (e.g. middle_unit2_" in lines[0]
+
+
+@pytest.mark.slow
+def test_predict_writes_label_and_overlay_pngs_without_the_data_set(trained, tmp_path):
+    data_dir, model_dir = trained
+    images = tmp_path / "images"
+    shutil.copytree(os.path.join(data_dir, "leftImg8bit", "val", "synth2"), images)
+    out = tmp_path / "out"
+    run_main("--mode=predict", *_no_data_flags(tmp_path), f"--model_dir={model_dir}",
+             f"--input_path={images}", f"--output_dir={out}")
+    assert not (tmp_path / "deleted_data").exists()
+    names = sorted(os.listdir(out))
     assert len(names) == 4 and sum(n.endswith("_overlay.png") for n in names) == 2
+    palette = {tuple(c) for c in json.load(open(os.path.join(model_dir, "config.json")))["palette"]}
     for name in names:
-        with Image.open(tmp_path / name) as png:
+        with Image.open(out / name) as png:
             assert png.size == (96, 64) and png.mode == "RGB"
+            if name.endswith("_label.png"):  # every pixel is a class colour
+                assert {tuple(c) for c in np.asarray(png).reshape(-1, 3)} <= palette
 
 
 @pytest.mark.slow
 def test_exported_saved_model_predicts_like_the_checkpoint(trained, tmp_path):
     data_dir, model_dir = trained
-    run_main("--mode=export", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+    run_main("--mode=export", *_no_data_flags(tmp_path), f"--model_dir={model_dir}",
              f"--export_dir={tmp_path}", "--memory_saving")
+    assert not (tmp_path / "deleted_data").exists()
     image = np.asarray(Image.open(os.path.join(
         data_dir, "leftImg8bit", "val", "synth2", "synth2_000000_000019_leftImg8bit.png")))
     served = tf.saved_model.load(str(tmp_path / "saved_model")).signatures["serving_default"]
@@ -70,7 +120,7 @@ def test_exported_saved_model_predicts_like_the_checkpoint(trained, tmp_path):
 
     config = RunConfig(dataset="cityscapes", data_dir=data_dir, model_dir=model_dir,
                        crop_size=(64, 64), memory_saving=True)  # weights load by path
-    model, _, _ = load_model(config, log=lambda *a: None)
+    model = load_model(config, log=lambda *a: None).model
     expected = np.argmax(model(normalize(image[None]), training=False), -1)
     np.testing.assert_array_equal(classes, expected)
 

@@ -27,11 +27,12 @@ IGNORE_NAMES = ("void", "unlabelled", "unlabeled", "ignore")
 def read_class_dict(path):
     """Parse ``class_dict.csv`` -> (names tuple, colours uint8 [N, 3], ignore colours [M, 3]).
 
-    Stray spaces around names and numbers are stripped. Raises ValueError naming
-    the file for a malformed row or a colour used twice.
+    Stray spaces around names and numbers are stripped, and so is a UTF-8 byte
+    order mark (spreadsheet tools on Windows write one). Raises ValueError
+    naming the file for a malformed row or a colour used twice.
     """
     names, colours, ignored = [], [], []
-    with open(require_file(path, "class_dict.csv")) as f:
+    with open(require_file(path, "class_dict.csv"), encoding="utf-8-sig", newline="") as f:
         rows = [[c.strip() for c in row] for row in csv.reader(f) if any(c.strip() for c in row)]
     if rows and rows[0][0].lower() == "name":
         rows = rows[1:]

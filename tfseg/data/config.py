@@ -29,7 +29,8 @@ class DataConfig:
         training batches are then reproducible).
       shuffle_buffer: element shuffle buffer, used where the file order cannot
         be shuffled instead (after a cache, and for TFRecords).
-      skip_bad_examples: log, count and drop bad files instead of failing.
+      skip_bad_examples: log, count and drop bad files (for "tfrecord": the
+        unreadable records of a corrupt shard) instead of failing.
       data_service: "grpc://HOST:PORT" of a tf.data service dispatcher to run
         the preprocessing on, or None for in-process.
       seed: shuffling and augmentation seed; None for fresh randomness.

@@ -11,6 +11,7 @@ import tensorflow as tf
 from tfseg.data import camvid, cityscapes, tfrecords, voc
 from tfseg.data.decode import decode_pairs, pairs_dataset
 from tfseg.data.source import IGNORE_LABEL, Source
+from tfseg.data.stats import DataStats
 from tfseg.data.synthetic import write_synthetic_cityscapes
 from tfseg.data.transforms import eval_transform, train_transform
 
@@ -42,7 +43,7 @@ def _examples(config, training, stats):
     deterministic = config.deterministic or not training
     if config.dataset == "tfrecord":
         examples = tfrecords.read_train_ids(config.root, config.split, training, config.seed,
-                                            deterministic)
+                                            deterministic, config.skip_bad_examples, stats)
         return examples, lambda label: tf.cast(label, tf.int32)
     source = get_source(config)
     files = pairs_dataset(source.pairs)
@@ -62,6 +63,7 @@ def build_dataset(config, training, stats=None):
         images, always in file order (``config.deterministic`` is implied).
       stats: optional ``DataStats`` to count bad examples and unknown label
         pixels (not with ``data_service``: the counting would happen remotely).
+        ``build_dataset_with_stats`` makes one for you.
 
     Returns:
       tf.data.Dataset of (image float32 [B, H, W, 3] in [-1, 1],
@@ -98,6 +100,17 @@ def build_dataset(config, training, stats=None):
     options = tf.data.Options()
     options.deterministic = config.deterministic or not training
     return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
+
+
+def build_dataset_with_stats(config, training):
+    """``(build_dataset(config, training, stats), stats)`` with a new ``DataStats``.
+
+    The counts fill in as the dataset is iterated: log ``stats.summary()``
+    or ``stats.as_dict()`` whenever convenient. ``stats`` is None with
+    ``config.data_service`` (workers cannot update this process's counters).
+    """
+    stats = None if config.data_service else DataStats()
+    return build_dataset(config, training, stats), stats
 
 
 def distribute(dataset, strategy):

@@ -6,14 +6,19 @@ import tensorflow as tf
 class DataStats:
     """Running counts, updated from inside the tf.data graph.
 
-    Pass one to ``build_dataset(..., stats=...)``; read it with ``as_dict()``
-    at any time (e.g. after an epoch). The counters are ``tf.Variable``s, so
-    they see only work done in this process: not available together with the
-    tf.data service, and with ``cache`` only the first pass is counted.
+    ``build_dataset_with_stats`` makes one (or pass one to
+    ``build_dataset(..., stats=...)``); read it with ``as_dict()`` or log
+    ``summary()`` at any time (e.g. at each log step or after an evaluation).
+    Counts accumulate over passes: each epoch counts its examples again.
+    The counters are ``tf.Variable``s, so they see only work done in this
+    process: not available together with the tf.data service, with ``cache``
+    only the first pass is counted, and for TFRecord input unknown label ids
+    were counted at conversion (``conversion_stats`` in the metadata).
 
     Attributes:
       bad_examples: pairs skipped because a file was unreadable, corrupt, of
-        the wrong kind or of mismatched size (``skip_bad_examples`` only).
+        the wrong kind or of mismatched size, or TFRecords that could not be
+        read (``skip_bad_examples`` only).
       unknown_label_pixels: label pixels whose stored id/colour is outside the
         data set's known set (they were mapped to 255).
       unknown_label_examples: examples with at least one such pixel.
@@ -34,7 +39,18 @@ class DataStats:
                 tf.cast(unknown_pixels > 0, tf.int64), read_value=False),
         ]
 
+    def record_bad(self, count):
+        """Graph-side update: ``count`` more bad examples; returns the update op."""
+        return self.bad_examples.assign_add(tf.cast(count, tf.int64), read_value=False)
+
     def as_dict(self):
         """Current counts as a plain ``{name: int}`` dict."""
         return {name: int(getattr(self, name).numpy()) for name in
                 ("bad_examples", "unknown_label_pixels", "unknown_label_examples")}
+
+    def summary(self):
+        """The counts as one log line."""
+        counts = self.as_dict()
+        return (f"tfseg data: {counts['bad_examples']} bad examples skipped, "
+                f"{counts['unknown_label_pixels']} label pixels with unknown ids (mapped to 255) "
+                f"in {counts['unknown_label_examples']} examples")

@@ -12,11 +12,13 @@ A ``{split}.json`` next to the shards records the mode and class metadata.
 import glob
 import json
 import os
+import sys
 
 import numpy as np
 import tensorflow as tf
 
 from tfseg.data.decode import decode_image, pairs_dataset, pairs_to_examples
+from tfseg.data.stats import DataStats
 
 _FEATURES = {
     "image": tf.io.FixedLenFeature([], tf.string),
@@ -41,7 +43,9 @@ def write_tfrecords(source, out_dir, split, num_shards=4, raw=False, skip_bad_ex
     Shards take contiguous runs of ``source.pairs`` so that reading them in
     order reproduces the source order (skipped pairs shorten the last shards).
     Bad files raise (naming the file) or, with ``skip_bad_examples``, are
-    logged and left out.
+    logged and left out. Labels are mapped to train ids here, so the counts
+    of a ``DataStats`` (skipped pairs, unknown label ids) are taken here too
+    and saved in the metadata as ``conversion_stats``.
 
     Args:
       source: a ``Source`` (e.g. ``cityscapes.source(root, "train")``).
@@ -54,7 +58,8 @@ def write_tfrecords(source, out_dir, split, num_shards=4, raw=False, skip_bad_ex
       The list of shard paths written.
     """
     os.makedirs(out_dir, exist_ok=True)
-    examples = pairs_to_examples(pairs_dataset(source.pairs), source, skip_bad_examples,
+    stats = DataStats()
+    examples = pairs_to_examples(pairs_dataset(source.pairs), source, skip_bad_examples, stats,
                                  deterministic=True, keep_path=True)
 
     def encode(image, label, path):
@@ -71,8 +76,9 @@ def write_tfrecords(source, out_dir, split, num_shards=4, raw=False, skip_bad_ex
     shard_paths = [os.path.join(out_dir, f"{split}-{i:05d}-of-{num_shards:05d}.tfrecord")
                    for i in range(num_shards)]
     iterator = iter(examples.prefetch(tf.data.AUTOTUNE))
-    count = 0
+    sizes = {}
     for shard, path in enumerate(shard_paths):
+        sizes[os.path.basename(path)] = 0
         with tf.io.TFRecordWriter(path) as writer:
             for _ in range(bounds[shard + 1] - bounds[shard]):
                 item = next(iterator, None)
@@ -86,11 +92,14 @@ def write_tfrecords(source, out_dir, split, num_shards=4, raw=False, skip_bad_ex
                     "width": _int(int(width)),
                     "filename": _bytes(filename),
                 })).SerializeToString())
-                count += 1
+                sizes[os.path.basename(path)] += 1
+    # Record counts per shard let the reader tell a shard cut short by a
+    # corrupt record from one that simply ended (see ``_shard_examples``).
     with open(os.path.join(out_dir, split + ".json"), "w") as f:
-        json.dump(dict(raw=raw, num_examples=count, source=source.name,
-                       class_names=list(source.class_names),
-                       palette=np.asarray(source.palette).tolist()), f)
+        json.dump(dict(raw=raw, num_examples=sum(sizes.values()), shard_sizes=sizes,
+                       source=source.name, class_names=list(source.class_names),
+                       palette=np.asarray(source.palette).tolist(),
+                       conversion_stats=stats.as_dict()), f)
     return shard_paths
 
 
@@ -114,7 +123,7 @@ def shard_files(data_dir, split):
 
 
 def parse_fn(raw, label_dtype=tf.int32):
-    """A function: serialized record -> (image uint8 [H, W, 3], label [H, W] of ``label_dtype``)."""
+    """A function: serialized record -> (image uint8 [H, W, 3], label [H, W], filename)."""
 
     def parse(record):
         x = tf.io.parse_single_example(record, _FEATURES)
@@ -125,34 +134,94 @@ def parse_fn(raw, label_dtype=tf.int32):
         else:
             image = decode_image(x["image"])
             label = tf.io.decode_png(x["label"], channels=1)[..., 0]
-        return image, tf.cast(label, label_dtype)
+        return image, tf.cast(label, label_dtype), x["filename"]
 
     return parse
 
 
-def read_tfrecords(data_dir, split, training=False, seed=None, deterministic=None):
+def _shard_examples(path, expected, parse, label_dtype, skip_bad_examples, stats):
+    """(image, label) of one shard; a record that cannot be read or decoded is named.
+
+    TF's "corrupted record at OFFSET" names no file, and a graph cannot catch
+    it. Instead read errors (which end the shard: nothing after a bad record
+    can be trusted) and decode errors are dropped by ``ignore_errors``, and an
+    end marker compares the count with the number written: a shortfall raises
+    naming the shard and the source file of the last good record or, with
+    ``skip_bad_examples``, is logged and counted as bad examples.
+    """
+    examples = (tf.data.TFRecordDataset(path)
+                .map(lambda r: parse(r) + (False,), num_parallel_calls=tf.data.AUTOTUNE,
+                     deterministic=True)
+                .ignore_errors())
+    end = tf.data.Dataset.from_tensors((tf.zeros([0, 0, 3], tf.uint8),
+                                        tf.zeros([0, 0], label_dtype), "", True))
+
+    def check(state, element):
+        count, last = state
+        image, label, filename, is_end = element
+        ok = ~is_end | tf.equal(count, expected)
+        message = tf.cond(ok, lambda: tf.constant(""), lambda: tf.strings.join([
+            "corrupt TFRecord shard ", path, ": ", tf.strings.as_string(expected - count),
+            " of ", tf.strings.as_string(expected), " records unreadable after the one from ",
+            tf.where(tf.equal(last, ""), "(none: the first)", last)]))
+        if skip_bad_examples:
+            def log():
+                printed = tf.print("tfseg: skipping bad records:", message,
+                                   output_stream=sys.stderr)
+                updates = [stats.record_bad(expected - count)] if stats is not None else []
+                with tf.control_dependencies([printed] + updates):
+                    return tf.constant(False)
+            deps = [tf.cond(ok, lambda: tf.constant(True), log)]
+        else:
+            deps = [tf.debugging.Assert(ok, ["tfseg:", message])]
+        with tf.control_dependencies(deps):
+            return (count + 1, filename), (tf.identity(image), label, is_end)
+
+    return (examples.concatenate(end).scan((tf.constant(0, tf.int64), tf.constant("")), check)
+            .filter(lambda image, label, is_end: ~is_end)
+            .map(lambda image, label, is_end: (image, label)))
+
+
+def read_tfrecords(data_dir, split, training=False, seed=None, deterministic=None,
+                   skip_bad_examples=False, stats=None):
     """Examples ``(image uint8 [H, W, 3], label int32 [H, W])`` from converted shards.
 
     Evaluation reads shards in order (the source order); training shuffles
-    the shard order each epoch and interleaves shards in parallel.
+    the shard order each epoch and interleaves shards in parallel. A corrupt
+    or truncated shard raises an InvalidArgumentError naming it or, with
+    ``skip_bad_examples``, has its unreadable records logged and counted in
+    ``stats.bad_examples`` (unknown label ids were counted at conversion:
+    see the metadata's ``conversion_stats``).
     """
-    return _read(data_dir, split, training, seed, deterministic, tf.int32)
+    return _read(data_dir, split, training, seed, deterministic, tf.int32, skip_bad_examples,
+                 stats)
 
 
-def _read(data_dir, split, training, seed, deterministic, label_dtype):
-    shards = shard_files(data_dir, split)
-    parse = parse_fn(read_metadata(data_dir, split)["raw"], label_dtype)
-    if training:
-        files = tf.data.Dataset.from_tensor_slices(shards).shuffle(
-            len(shards), seed=seed, reshuffle_each_iteration=True)
-        records = files.interleave(tf.data.TFRecordDataset, cycle_length=min(len(shards), 8),
-                                   num_parallel_calls=tf.data.AUTOTUNE,
-                                   deterministic=deterministic)
-    else:
-        records = tf.data.TFRecordDataset(shards)
-    return records.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-
-
-def read_train_ids(data_dir, split, training=False, seed=None, deterministic=None):
+def read_train_ids(data_dir, split, training=False, seed=None, deterministic=None,
+                   skip_bad_examples=False, stats=None):
     """``read_tfrecords`` with uint8 labels (the stored train ids), for cropping before the cast."""
-    return _read(data_dir, split, training, seed, deterministic, tf.uint8)
+    return _read(data_dir, split, training, seed, deterministic, tf.uint8, skip_bad_examples,
+                 stats)
+
+
+def _read(data_dir, split, training, seed, deterministic, label_dtype, skip_bad_examples,
+          stats):
+    shards = shard_files(data_dir, split)
+    meta = read_metadata(data_dir, split)
+    sizes = meta.get("shard_sizes", {})
+    for shard in shards:
+        if os.path.basename(shard) not in sizes:
+            raise ValueError(f"tfseg: {shard} has no record count in {split}.json "
+                             f"(written by an older tfseg?); convert the data again")
+    parse = parse_fn(meta["raw"], label_dtype)
+    files = tf.data.Dataset.from_tensor_slices(
+        (shards, np.array([sizes[os.path.basename(s)] for s in shards], np.int64)))
+
+    def read_shard(path, expected):
+        return _shard_examples(path, expected, parse, label_dtype, skip_bad_examples, stats)
+
+    if training:
+        files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True)
+        return files.interleave(read_shard, cycle_length=min(len(shards), 8),
+                                num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    return files.flat_map(read_shard)

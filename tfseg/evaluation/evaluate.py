@@ -1,4 +1,5 @@
-"""The eval run: a checkpoint's metrics on the evaluation split, as JSON, CSV and TensorBoard."""
+"""The eval run: a checkpoint's metrics on the evaluation split, as JSON, CSV and TensorBoard;
+and ``PeriodicEval``, the cheap whole-image mIoU that training logs every ``--eval_every`` steps."""
 
 import json
 import os
@@ -8,12 +9,13 @@ import tensorflow as tf
 
 from tfseg import data as data_lib
 from tfseg.evaluation.inference import InferenceConfig, Predictor
-from tfseg.evaluation.loading import load_model, with_saved_architecture
+from tfseg.evaluation.loading import load_model
 from tfseg.evaluation.metrics import SegmentationMetrics
 from tfseg.train import builders, tensorboard
 
 EVAL_JSON = "eval.json"
 CONFUSION_CSV = "confusion.csv"
+EVAL_SUBDIR = "eval"
 
 
 def inference_config(config):
@@ -30,6 +32,54 @@ def _step_of(path):
         return 0
 
 
+def eval_dataset(config):
+    """(dataset, DataStats or None): whole images at batch 1, so there is no padding
+    to mask out, and the counts of bad examples and unknown label pixels."""
+    return data_lib.build_dataset_with_stats(
+        builders.data_config(config, training=False, batch_size=1), training=False)
+
+
+def run_metrics(predictor, dataset, class_names):
+    """(SegmentationMetrics, images, seconds) of ``predictor`` over ``dataset``."""
+    metrics = SegmentationMetrics(len(class_names), class_names)
+    start, images = time.perf_counter(), 0
+    for image, label in dataset:
+        metrics.update(label, predictor.classes(image))
+        images += 1
+    return metrics, images, time.perf_counter() - start
+
+
+def write_scalars(writer, result, step):
+    with writer.as_default():
+        tensorboard.scalar("miou", result["miou"], step)
+        tensorboard.scalar("pixel_accuracy", result["pixel_accuracy"], step)
+    writer.flush()
+
+
+class PeriodicEval:
+    """Whole-image mIoU of the model being trained, on ``config.eval_split``.
+
+    Kept cheap for use inside training: one whole-image pass per image (whatever
+    ``--eval_mode`` says), the input pipeline and the traced forward pass built
+    once, nothing written but two TensorBoard scalars in ``MODEL_DIR/eval``
+    (where the eval run writes its mIoU too, so the points form one curve).
+    """
+
+    def __init__(self, config, model, class_names):
+        self.dataset, _ = eval_dataset(config)
+        self.predictor = Predictor(model)
+        self.class_names = tuple(class_names)
+        self.writer = tf.summary.create_file_writer(os.path.join(config.model_dir, EVAL_SUBDIR))
+
+    def __call__(self, step):
+        """Evaluates, writes the scalars at ``step``; returns the metrics dict (plus
+        "images", "seconds")."""
+        metrics, images, seconds = run_metrics(self.predictor, self.dataset, self.class_names)
+        result = dict(metrics.result(), images=images, seconds=seconds)
+        write_scalars(self.writer, result, step)
+        return result
+
+
 def evaluate(config, log=print):
     """Evaluates the latest checkpoint (or ``config.checkpoint``) on ``config.eval_split``.
 
@@ -37,18 +87,10 @@ def evaluate(config, log=print):
     checkpoint, step, mode, images, seconds) and ``confusion.csv`` next to it,
     and the mIoU to TensorBoard (``model_dir/eval``). Returns the eval.json dict.
     """
-    config = with_saved_architecture(config, log)
-    model, source, path = load_model(config, log=log)
+    model, classes, path, config = load_model(config, log=log)
     predictor = Predictor(model, inference_config(config))
-    metrics = SegmentationMetrics(source.num_classes, source.class_names)
-    # Batch 1: whole images of any size, no padding to mask out.
-    dataset = data_lib.build_dataset(builders.data_config(config, training=False, batch_size=1),
-                                     training=False)
-    start, images = time.perf_counter(), 0
-    for image, label in dataset:
-        metrics.update(label, predictor.classes(image))
-        images += 1
-    seconds = time.perf_counter() - start
+    dataset, data_stats = eval_dataset(config)
+    metrics, images, seconds = run_metrics(predictor, dataset, classes.class_names)
     result = {
         **metrics.result(),
         "checkpoint": path,
@@ -58,16 +100,17 @@ def evaluate(config, log=print):
         "eval_mode": config.eval_mode,
         "images": images,
         "seconds": round(seconds, 2),
+        "data": data_stats.as_dict() if data_stats is not None else None,
     }
-    out_dir = os.path.join(config.model_dir, "eval")
+    out_dir = os.path.join(config.model_dir, EVAL_SUBDIR)
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, EVAL_JSON), "w") as f:
         json.dump(result, f, indent=2)
     metrics.write_confusion_csv(os.path.join(out_dir, CONFUSION_CSV))
-    with tf.summary.create_file_writer(out_dir).as_default():
-        tensorboard.scalar("miou", result["miou"], result["step"])
-        tensorboard.scalar("pixel_accuracy", result["pixel_accuracy"], result["step"])
+    write_scalars(tf.summary.create_file_writer(out_dir), result, result["step"])
     for line in metrics.table():
         log(line)
+    if data_stats is not None:
+        log(data_stats.summary())
     log(f"{images} images in {seconds:.1f} s; wrote {out_dir}/{EVAL_JSON} and {CONFUSION_CSV}")
     return result

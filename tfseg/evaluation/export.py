@@ -33,7 +33,7 @@ def export(config, log=print):
     The stock Keras model is exported whatever ``--memory_saving`` says: it
     holds the same weights and needs no tfseg layers to load.
     """
-    model, _, path = load_model(config, stock=True, log=log)
+    model, _, path, _ = load_model(config, stock=True, log=log)
     export_dir = config.export_dir or os.path.join(config.model_dir, "export")
     os.makedirs(export_dir, exist_ok=True)
     module = Segmenter(model)

@@ -1,45 +1,83 @@
-"""Rebuild a trained model from ``model_dir`` (its saved architecture) and a checkpoint."""
+"""Rebuild a trained model from a checkpoint and the config.json saved beside it."""
 
+import collections
 import dataclasses
+import os
+
+import numpy as np
 
 from tfseg.train import builders, checkpoints
 
-# Settings that change which variables exist; taken from the run's saved config
-# so that `--mode=eval` works with the training command's defaults or flagfile.
+# Settings that change which variables exist; taken from the config.json beside the
+# checkpoint so that `--mode=eval` works with the training command's defaults or flagfile.
 ARCHITECTURE = ("dataset", "width_multiplier", "middle_repeats", "norm")
 
+Loaded = collections.namedtuple("Loaded", "model classes checkpoint config")
 
-def with_saved_architecture(config, log=print):
-    """``config`` with ``ARCHITECTURE`` fields replaced by those in ``model_dir/config.json``.
 
-    The output stride is not replaced: evaluating at another stride than the
-    training one is legitimate (same weights).
+@dataclasses.dataclass(frozen=True)
+class Classes:
+    """What inference needs to know of the data set: names and display colours."""
+
+    class_names: tuple
+    palette: np.ndarray
+
+    @property
+    def num_classes(self):
+        return len(self.class_names)
+
+
+def resolve(config, log=print):
+    """(config, saved): ``config`` with ``checkpoint`` set to the checkpoint's path and the
+    ``ARCHITECTURE`` fields of the config.json beside it; ``saved`` is that file's dict.
+
+    The config is read beside the checkpoint, not in ``--model_dir``: a
+    ``--checkpoint`` from another run was trained with that run's settings. The
+    output stride is not replaced: evaluating at another stride than the training
+    one is legitimate (same weights).
     """
-    saved = checkpoints.load_config(config.model_dir)
+    path = checkpoints.find_checkpoint(config.model_dir, config.checkpoint)
+    run_dir = os.path.dirname(path) or "."
+    saved = checkpoints.load_config(run_dir)
     changes = {k: saved[k] for k in ARCHITECTURE if k in saved and saved[k] != getattr(config, k)}
     if changes:
-        log(f"using the trained model's settings from {config.model_dir}/config.json: {changes}")
-        config = dataclasses.replace(config, **changes)
-    return config
+        log(f"using the trained model's settings from {run_dir}/{checkpoints.CONFIG_FILE}: "
+            f"{changes}")
+    elif not saved:
+        log(f"no {checkpoints.CONFIG_FILE} beside {path}: the flags describe the model")
+    return dataclasses.replace(config, checkpoint=path, **changes), saved
+
+
+def classes(config, saved):
+    """The trained model's ``Classes``: from its config.json, else (runs saved before
+    it held them) from the data set, which must then be on disk."""
+    if saved.get("class_names"):
+        return Classes(tuple(saved["class_names"]), np.asarray(saved["palette"], np.uint8))
+    source = builders.source(config, training=False)
+    return Classes(tuple(source.class_names), np.asarray(source.palette, np.uint8))
 
 
 def load_model(config, stock=False, log=print):
-    """(model, source, checkpoint path): the model of ``config``, restored for inference.
+    """``Loaded(model, classes, checkpoint, config)``: the trained model, restored for inference.
+
+    Needs no data set when the run's config.json holds its classes (predict, export).
 
     Args:
       stock: build the stock Keras model even if ``config.memory_saving`` /
         ``recompute`` are set (weights are keyed by path, so they load either way);
         used for export, where only portable layers should be saved.
+
+    Raises:
+      ValueError: the checkpoint's weights are not this model's (names the checkpoint).
     """
-    config = with_saved_architecture(config, log=lambda *a: None)  # idempotent; callers log it
+    config, saved = resolve(config, log)
     if stock:
         config = dataclasses.replace(config, memory_saving=False, recompute=())
-    path = checkpoints.find_checkpoint(config.model_dir, config.checkpoint)
     builders.set_dtype_policy(config)
-    source = builders.source(config, training=False)
+    info = classes(config, saved)
     # Inference never needs sync batch norm: it uses the moving statistics.
     norm = "batch" if config.norm == "sync_batch" else config.norm
-    model = builders.model(config, source.num_classes, norm)
-    checkpoints.Checkpoints(model, config.model_dir).restore(path)
-    log(f"restored {path}")
-    return model, source, path
+    model = builders.model(config, info.num_classes, norm)
+    checkpoints.Checkpoints(model, config.model_dir).restore(config.checkpoint)
+    log(f"restored {config.checkpoint}")
+    return Loaded(model, info, config.checkpoint, config)

@@ -7,7 +7,7 @@ from PIL import Image
 
 from tfseg.evaluation.evaluate import inference_config
 from tfseg.evaluation.inference import Predictor
-from tfseg.evaluation.loading import load_model, with_saved_architecture
+from tfseg.evaluation.loading import load_model
 from tfseg.models import normalize
 from tfseg.train.summaries import colourise
 
@@ -37,8 +37,8 @@ def predict(config, log=print):
     if not config.input_path:
         raise ValueError("--input_path: required for --mode=predict (an image or a folder)")
     paths = list_images(config.input_path)
-    config = with_saved_architecture(config, log)
-    model, source, _ = load_model(config, log=log)
+    # The palette comes from the run's config.json: no data set needed.
+    model, classes, _, config = load_model(config, log=log)
     predictor = Predictor(model, inference_config(config))
     out_dir = config.output_dir or os.path.join(config.model_dir, "predictions")
     os.makedirs(out_dir, exist_ok=True)
@@ -48,8 +48,8 @@ def predict(config, log=print):
             rgb = np.asarray(Image.open(path).convert("RGB"))
         except OSError as error:
             raise ValueError(f"tfseg: cannot read image {path}: {error}") from None
-        classes = predictor.classes(normalize(rgb[np.newaxis]))[0]
-        colours = colourise(classes, source.palette).numpy()
+        labels = predictor.classes(normalize(rgb[np.newaxis]))[0]
+        colours = colourise(labels, classes.palette).numpy()
         overlay = (OVERLAY_ALPHA * colours + (1 - OVERLAY_ALPHA) * rgb).astype(np.uint8)
         stem = os.path.splitext(os.path.basename(path))[0]
         for suffix, pixels in (("label", colours), ("overlay", overlay)):

@@ -19,16 +19,30 @@ class Recompute(keras.layers.Layer):
     training (no dropout). The recompute is gated on the incoming gradient, so TF
     cannot schedule it into the forward pass. XLA ignores control dependencies,
     so under `jit_compile=True` the saving depends on XLA's own scheduling.
-    Shapes: those of `block`.
+    Shapes: those of `block`, or of `tail` applied to it.
+
+    `tail`: an optional linear `keras.layers.Conv2D` (dilation 1, no activation)
+    applied to the block's output, e.g. the pointwise conv of a separable conv
+    whose cheap ReLU -> depthwise -> norm part is the block. The block's output
+    is then never kept: it is rebuilt for the tail's filter gradient, while the
+    tail's gradients come straight from its backprop kernels, so the expensive
+    tail itself never runs twice. Its variables keep their own paths.
     """
 
-    def __init__(self, block, **kwargs):
+    def __init__(self, block, tail=None, **kwargs):
         super().__init__(**kwargs)
         random = [l.name for l in block._flatten_layers() if isinstance(l, keras.layers.Dropout)]
         if random:
             # The second run would draw other masks: silently wrong gradients.
             raise ValueError(f"{self.name}: cannot recompute a block with dropout: {random}")
+        if tail is not None and not is_linear_conv(tail):
+            raise ValueError(f"{self.name}: the tail must be a linear, undilated, channels_last Conv2D")
+        if tail is not None and not tail.built:
+            # Built here, outside this layer's name scope, so its variables keep
+            # their own paths ("entry_block1_sepconv1_pointwise/kernel").
+            tail.build(block.outputs[0].shape)
         self.block = block
+        self.tail = tail
         # The static shape of the last traced call, for memory analysis.
         self.traced_input_shape = None
 
@@ -39,38 +53,73 @@ class Recompute(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         self.traced_input_shape = tuple(inputs.shape)
+        block, tail = self.block, self.tail
         if not training:
-            return self.block(inputs, training=training)
-        block = self.block
+            y = block(inputs, training=training)
+            return y if tail is None else tail(y)
 
         @tf.custom_gradient
         def forward(x):
             with record.stop_recording():  # eager: keep the outer tape off the block
                 y = block(x, training=True)
+                z = y if tail is None else tail(y)
 
-            def backward(dy, variables=None):
-                x_again = _gated(x, dy)
-                variables = list(variables or [])
+            def backward(dz, variables=None):
+                x_again = _gated(x, dz)
                 with tf.GradientTape() as tape:
                     tape.watch(x_again)
                     with keras.StatelessScope():
                         y_again = block(x_again, training=True)
-                grads = tape.gradient(y_again, [x_again] + variables, output_gradients=dy)
-                return grads[0], grads[1:]
+                dy, tail_grads = (dz, {}) if tail is None else _tail_backward(tail, y_again, dz)
+                variables = list(variables or [])
+                inner = [v for v in variables if v.ref() not in tail_grads]
+                grads = tape.gradient(y_again, [x_again] + inner, output_gradients=dy)
+                by_ref = {**dict((v.ref(), g) for v, g in zip(inner, grads[1:])), **tail_grads}
+                return grads[0], [by_ref[v.ref()] for v in variables]
 
-            return y, backward
+            return z, backward
 
         return forward(inputs)
 
     def compute_output_shape(self, input_shape):
-        return self.block.compute_output_shape(input_shape)
+        shape = self.block.compute_output_shape(input_shape)
+        return shape if self.tail is None else self.tail.compute_output_shape(shape)
 
     def get_config(self):
         config = super().get_config()
         config["block"] = keras.saving.serialize_keras_object(self.block)
+        if self.tail is not None:
+            config["tail"] = keras.saving.serialize_keras_object(self.tail)
         return config
 
     @classmethod
     def from_config(cls, config):
         config["block"] = keras.saving.deserialize_keras_object(config["block"])
+        if config.get("tail") is not None:
+            config["tail"] = keras.saving.deserialize_keras_object(config["tail"])
         return cls(**config)
+
+
+def is_linear_conv(layer):
+    return (
+        type(layer) is keras.layers.Conv2D
+        and layer.data_format == "channels_last"
+        and layer.groups == 1
+        and tuple(layer.dilation_rate) == (1, 1)
+        and layer.activation in (None, keras.activations.linear)
+    )
+
+
+def _tail_backward(conv, y, dz):
+    """(dL/dy, {variable ref: gradient}) of the linear conv z = conv(y), from its
+    backprop kernels: the conv is not run again."""
+    strides, padding = [1, *conv.strides, 1], conv.padding.upper()
+    kernel = tf.cast(conv.kernel.value, dz.dtype)
+    dy = tf.raw_ops.Conv2DBackpropInput(
+        input_sizes=tf.shape(y), filter=kernel, out_backprop=dz, strides=strides, padding=padding)
+    dkernel = tf.raw_ops.Conv2DBackpropFilter(
+        input=y, filter_sizes=tf.shape(kernel), out_backprop=dz, strides=strides, padding=padding)
+    grads = {conv.kernel.value.ref(): tf.cast(dkernel, conv.kernel.dtype)}
+    if conv.use_bias:
+        grads[conv.bias.value.ref()] = tf.cast(tf.reduce_sum(dz, [0, 1, 2]), conv.bias.dtype)
+    return dy, grads

@@ -1,10 +1,24 @@
 """Measure the memory and time of one full training step, each variant in a fresh process.
 
-The recipe (see DEVELOPERS.md): build, run one warm-up step (tracing, optimizer
-slots), `gc.collect()`, read `base = current`, reset the peak, run one step and
-report `peak - base`: the forward activations, the backward working set and the
-update, without the weights and slots that were there before. Then time more steps.
-The allocator is the GPU's when there is one, else `CPU:0`.
+The recipe, as `measure_in_process` runs it:
+
+1. Start a fresh Python process (`measure` does), so no other variant's tensors,
+   allocator chunks or cached kernels are in it. On the CPU, run with
+   `TF_ENABLE_ONEDNN_OPTS=1`: only oneDNN's allocator keeps statistics.
+2. Build the model and a momentum-SGD optimizer; trace the step as a `tf.function`
+   (forward, backward and `apply_gradients`) on fixed random inputs.
+3. Run one warm-up step: it traces, builds the optimizer slots and grows the
+   allocator's regions.
+4. `gc.collect()`; read `base = get_memory_info(device)["current"]`: the weights,
+   the slots and the inputs.
+5. `reset_memory_stats(device)`, run one step, read `peak`; report `peak - base`:
+   the forward activations, the backward working set and the update, without
+   the weights and slots that were there before. The `timed_steps` that follow
+   are measured the same way (a reset before each); the largest of these peaks
+   is the result, since the executor's scheduling of concurrent branches makes
+   the peak vary a little from step to step. Their median time is the step time.
+
+The allocator is the GPU's (`GPU:0`) when there is one, else `CPU:0`.
 
 Run as a module to measure one configuration and print one JSON line:
 `python -m tfseg.memory.measure '{"variant": "stock", "height": 513, ...}'`.
@@ -28,12 +42,15 @@ class StepConfig:
     Args:
       variant: "stock" (Keras layers), "memory_saving" (fused ReLU+depthwise and
         output-only norms) or "recompute" (memory saving plus recompute of
-        `recompute_blocks`).
+        `recompute_blocks`, by default `tfseg.models.xception.DEFAULT_RECOMPUTE`;
+        `blocks_used()` says which a variant uses).
       jit_compile: compile the step with XLA.
       dtype_policy: "float32", "mixed_bfloat16" or "mixed_float16".
-      timed_steps: steps timed after the measured one; the median is reported.
+      timed_steps: steps timed (and their peaks measured) after the measured one.
       analyze: also return the static analysis of the traced step
         (`tfseg.memory.analysis.step_breakdown`).
+      analyze_batches: more batch sizes for the analysis to estimate the peak
+        at (traced, not run), e.g. for the planner's slope.
     """
 
     variant: str = "stock"
@@ -47,13 +64,24 @@ class StepConfig:
     batch: int = 2
     jit_compile: bool = False
     dtype_policy: str = "float32"
-    recompute_blocks: tuple = ("middle",)
+    recompute_blocks: tuple = None
     timed_steps: int = 2
     analyze: bool = False
+    analyze_batches: tuple = ()
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+
+    def blocks_used(self):
+        """The backbone blocks this variant recomputes: () unless "recompute"."""
+        if self.variant != "recompute":
+            return ()
+        if self.recompute_blocks is None:
+            from tfseg.models.xception import DEFAULT_RECOMPUTE
+
+            return tuple(DEFAULT_RECOMPUTE)
+        return tuple(self.recompute_blocks)
 
 
 def build_model(config):
@@ -66,7 +94,7 @@ def build_model(config):
         width_multiplier=config.width_multiplier,
         middle_repeats=config.middle_repeats,
         memory_saving=config.variant != "stock",
-        recompute=tuple(config.recompute_blocks) if config.variant == "recompute" else None,
+        recompute=config.blocks_used() or None,
     )
 
 
@@ -114,31 +142,36 @@ def measure_in_process(config):
     warmup = time.perf_counter() - start
     gc.collect()
     base = tf.config.experimental.get_memory_info(device)["current"]
-    tf.config.experimental.reset_memory_stats(device)
-    start = time.perf_counter()
-    loss = float(step(images, labels))
-    times = [time.perf_counter() - start]
-    peak = tf.config.experimental.get_memory_info(device)["peak"]
-    for _ in range(config.timed_steps):
+    times, peaks, loss = [], [], None
+    for _ in range(1 + config.timed_steps):
+        before = tf.config.experimental.get_memory_info(device)["current"]
+        tf.config.experimental.reset_memory_stats(device)
         start = time.perf_counter()
-        float(step(images, labels))
+        value = float(step(images, labels))
         times.append(time.perf_counter() - start)
-    analysis = None
+        peaks.append(int(tf.config.experimental.get_memory_info(device)["peak"] - before))
+        loss = value if loss is None else loss
+    analysis, start = None, time.perf_counter()
     if config.analyze:
         from tfseg.memory.analysis import step_breakdown
         from tfseg.models import part_of
 
         part = lambda name: part_of(name, config.middle_repeats)  # noqa: E731
-        analysis = step_breakdown(step, (images, labels), model, part)
+        analysis = step_breakdown(step, (images, labels), model, part,
+                                  extra_batches=tuple(config.analyze_batches))
+    analysis_seconds = time.perf_counter() - start
     return {
         **dataclasses.asdict(config),
+        "recompute_blocks": list(config.blocks_used()),
         "analysis": analysis,
         "device": device,
         "parameters": int(model.count_params()),
         "base_bytes": int(base),
-        "peak_over_base_bytes": int(peak - base),
+        "peak_over_base_bytes": max(peaks),
+        "peak_over_base_by_step": peaks,
         "step_seconds": float(np.median(times)),
         "warmup_seconds": warmup,
+        "analysis_seconds": analysis_seconds,
         "loss": loss,
     }
 
@@ -147,12 +180,15 @@ def measure(config, timeout=None):
     """Measures `config` in a fresh Python process and returns its dict.
 
     A fresh process per variant, so that no allocator state, cached kernels or
-    leftover tensors of another variant distort the peak.
+    leftover tensors of another variant distort the peak. The result also has
+    `wall_seconds`: how long the whole process took (start-up, build, tracing,
+    steps, analysis).
     """
     # The CPU allocator keeps statistics only with oneDNN's allocator, so it is on
     # here whatever the parent process chose.
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1", TF_ENABLE_ONEDNN_OPTS="1")
     payload = json.dumps(dataclasses.asdict(config))
+    start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-m", "tfseg.memory.measure", payload],
         capture_output=True,
@@ -163,12 +199,16 @@ def measure(config, timeout=None):
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]
         raise RuntimeError(f"measuring {config.variant} failed (exit {proc.returncode}): {tail[0]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["wall_seconds"] = time.perf_counter() - start
+    return result
 
 
 def main(argv):
     config = json.loads(argv[1])
-    config["recompute_blocks"] = tuple(config.get("recompute_blocks", ("middle",)))
+    for key in ("recompute_blocks", "analyze_batches"):
+        if config.get(key) is not None:
+            config[key] = tuple(config[key])
     print(json.dumps(measure_in_process(StepConfig(**config))))
 
 

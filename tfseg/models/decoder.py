@@ -17,6 +17,12 @@ def decoder(high, low, policy, num_classes, filters=256, low_filters=48, name="d
     x = keras.layers.Concatenate(name=f"{name}_concat")([high, low])
     for i in range(2):
         x = policy_lib.separable_conv(x, filters, policy, f"{name}_conv{i + 1}", relu_inside=True)
+    # In the variable dtype (float32 under mixed precision): logits need the range,
+    # and the conv is small.
     return keras.layers.Conv2D(
-        num_classes, 1, kernel_initializer=policy.kernel_initializer, name="logits"
+        num_classes,
+        1,
+        kernel_initializer=policy.kernel_initializer,
+        dtype=keras.config.dtype_policy().variable_dtype,
+        name="logits",
     )(x)

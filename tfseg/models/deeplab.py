@@ -68,8 +68,10 @@ def deeplab_v3_plus(
         filters=policy_lib.scaled(256, width_multiplier),
         low_filters=policy_lib.scaled(48, width_multiplier),
     )
-    # Logits stay float32 under mixed precision: the loss needs the range.
-    outputs = ResizeLike(name="logits_resize", dtype="float32")([logits, inputs])
+    # Logits stay in the variable dtype (float32 under mixed precision): the loss needs the range.
+    outputs = ResizeLike(name="logits_resize", dtype=keras.config.dtype_policy().variable_dtype)(
+        [logits, inputs]
+    )
     model = keras.Model(inputs, outputs, name=name)
     if memory_saving or recompute:
         from tfseg import memory
@@ -77,6 +79,7 @@ def deeplab_v3_plus(
         segments = xception.recompute_segments(features, recompute or (), middle_repeats)
         model = memory.rewrite(
             model,
+            fuse_separable=memory_saving,
             fuse_relu_conv=memory_saving,
             inplace_norm=memory_saving,
             lean_dilated=memory_saving,

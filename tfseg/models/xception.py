@@ -48,6 +48,11 @@ XCEPTION65 = (
     BlockSpec("exit_block1", (728, 1024, 1024), 2, "conv", flow="exit_flow"),
     BlockSpec("exit_block2", (1536, 1536, 2048), 1, "none", relu_inside=True, flow="exit_flow"),
 )
+# Backbone blocks whose units can be recomputed ("entry_block2" cannot: the decoder
+# uses its inside), and the default choice: the largest activations per second of
+# recompute (entry block 1 at stride 2-4, and the 16 middle units).
+RECOMPUTABLE = ("entry_block1", "entry_block3", "middle", "exit_block1", "exit_block2")
+DEFAULT_RECOMPUTE = ("entry_block1", "middle")
 STEM = "entry_conv"  # the two stem convs: entry_conv1, entry_conv2 (entry flow)
 
 OUTPUT_STRIDES = (8, 16, 32)

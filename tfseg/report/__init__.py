@@ -2,101 +2,223 @@
 
 import dataclasses
 
-from tfseg.memory.measure import StepConfig, measure
+from tfseg.memory.measure import VARIANTS, StepConfig, measure
 from tfseg.report import planner, render
 
-FULL_RECOMPUTE = ("entry_block1", "entry_block3", "middle", "exit_block1", "exit_block2")
+# Fields of `StepConfig` that differ between the variants of one report.
+_PER_VARIANT = ("variant", "recompute_blocks", "analyze", "analyze_batches")
 
 
 @dataclasses.dataclass(frozen=True)
 class ReportConfig:
-    """What `run` measures. `step` is the configuration of one training step (its
-    `variant` is ignored); `variants` are measured side by side."""
+    """What `run` measures.
+
+    Args:
+      step: the configuration of one training step (its per-variant fields,
+        `variant`, `recompute_blocks` and `analyze*`, are ignored).
+      variants: measured side by side, each in its own process.
+      recompute_blocks: the backbone blocks the "recompute" variant recomputes
+        (None: `tfseg.models.xception.DEFAULT_RECOMPUTE`).
+      memory_budget_gb: plan the largest batch and square crop under this budget
+        (None: no planner).
+      verify_plan: measure the planned sizes for real.
+      max_verify_seconds: skip (and record as skipped) a verification run whose
+        estimated cost is above this: the variant's own run, its step time scaled
+        by the size ratio.
+      max_verify_runs: at most this many verification runs per variant.
+      out_dir: where report.json, report.md and parts.png go.
+    """
 
     step: StepConfig = StepConfig()
-    variants: tuple = ("stock", "memory_saving", "recompute")
+    variants: tuple = VARIANTS
+    recompute_blocks: tuple = None
     memory_budget_gb: float = None
     verify_plan: bool = True
+    max_verify_seconds: float = 300.0
+    max_verify_runs: int = 6
     out_dir: str = "report"
 
 
 def _variant(config, name):
-    blocks = FULL_RECOMPUTE if name == "recompute" else ()
-    return dataclasses.replace(config.step, variant=name, recompute_blocks=blocks, analyze=True)
+    step = config.step
+    blocks = config.recompute_blocks if name == "recompute" else ()
+    extra = (2 * step.batch,) if config.memory_budget_gb else ()
+    return dataclasses.replace(step, variant=name, recompute_blocks=blocks, analyze=True,
+                               analyze_batches=extra)
+
+
+def _common_config(step):
+    common = {k: v for k, v in dataclasses.asdict(step).items() if k not in _PER_VARIANT}
+    common["crop_size"] = [step.height, step.width]
+    return common
+
+
+def _entry(m):
+    a = m["analysis"]
+    kept_total = max(1, a["kept_bytes"])
+    by_batch = {int(b): v for b, v in a["estimated_peak_by_batch"].items()}
+    per_sample, slope_from = planner.per_sample_slope(m)
+    return {
+        "recompute_blocks": list(m["recompute_blocks"]),
+        "measured_peak_bytes": m["peak_over_base_bytes"],
+        "measured_peak_by_step_bytes": m["peak_over_base_by_step"],
+        "base_bytes": m["base_bytes"],
+        "step_seconds": m["step_seconds"],
+        "static_estimate_bytes": a["estimated_peak_bytes"],
+        "estimate_ratio": a["estimated_peak_bytes"] / max(1, m["peak_over_base_bytes"]),
+        "static_estimate_by_batch_bytes": by_batch,
+        "accounted": {
+            "parameter_bytes": a["parameter_bytes"],
+            "gradient_bytes": a["gradient_bytes"],
+            # momentum SGD: one slot per trainable variable
+            "optimizer_slot_bytes": a["gradient_bytes"],
+            "activation_bytes": a["kept_bytes"],
+            "per_sample_activation_bytes": a["kept_bytes"] // m["batch"],
+            "per_sample_peak_bytes": int(per_sample),
+            "per_sample_from": slope_from,
+            "total_bytes": a["parameter_bytes"] + 2 * a["gradient_bytes"] + a["kept_bytes"],
+        },
+        "kept_by_part_bytes": a["kept_by_part"],
+        "breakdown_percent": {p: 100.0 * b / kept_total for p, b in a["kept_by_part"].items()},
+        "peak_by_part_bytes": a["peak_by_part"],
+        "peak_op": a["peak_op"],
+        "simulated_threads": a["simulated_threads"],
+        "wall_seconds": m["wall_seconds"],
+    }
 
 
 def run(config, log=print):
     """Measures every variant in its own process; returns the report dict and writes
     report.json, report.md and parts.png to `config.out_dir`."""
-    report = {"config": dataclasses.asdict(config.step), "variants": {}}
+    report = {"config": _common_config(config.step), "variants": {}}
+    measured = {}
     for name in config.variants:
         log(f"measuring {name} ...")
-        m = measure(_variant(config, name))
-        a = m["analysis"]
-        kept_total = max(1, a["kept_bytes"])
-        report["variants"][name] = {
-            "measured_peak_bytes": m["peak_over_base_bytes"],
-            "base_bytes": m["base_bytes"],
-            "step_seconds": m["step_seconds"],
-            "static_estimate_bytes": a["estimated_peak_bytes"],
-            "accounted": {
-                "parameter_bytes": a["parameter_bytes"],
-                "gradient_bytes": a["gradient_bytes"],
-                # momentum SGD: one slot per trainable variable
-                "optimizer_slot_bytes": a["gradient_bytes"],
-                "activation_bytes": a["kept_bytes"],
-                "per_sample_activation_bytes": a["kept_bytes"] // m["batch"],
-                "total_bytes": a["parameter_bytes"] + 2 * a["gradient_bytes"] + a["kept_bytes"],
-            },
-            "kept_by_part_bytes": a["kept_by_part"],
-            "breakdown_percent": {p: 100.0 * b / kept_total for p, b in a["kept_by_part"].items()},
-            "_measured": m,
-        }
+        measured[name] = measure(_variant(config, name))
+        report["variants"][name] = _entry(measured[name])
     stock = report["variants"].get("stock")
     for v in report["variants"].values():
-        v["ratio_to_stock"] = v["measured_peak_bytes"] / stock["measured_peak_bytes"] if stock else None
+        v["ratio_to_stock"] = (v["measured_peak_bytes"] / stock["measured_peak_bytes"]
+                               if stock else None)
     if config.memory_budget_gb:
-        report["plan"] = plan(config, report, log)
-    for v in report["variants"].values():
-        del v["_measured"]
+        report["plan"] = plan(config, measured, log)
     render.write(report, config.out_dir)
     return report
 
 
-def plan(config, report, log=print, max_runs=6):
-    """Predicts the largest batch and square crop per variant from the measured slope;
-    then, if `verify_plan`, measures the predicted batch, steps down until a batch fits
-    and checks that one more does not (at most `max_runs` measurements a variant)."""
+def estimated_run_seconds(measured, size_ratio):
+    """What one verification run (no analysis, the same steps) at `size_ratio` x
+    the measured size (batch x pixels) should take: the measured run's fixed cost
+    (start-up, build, tracing) plus its steps' time scaled by the size."""
+    steps = 2 + measured["timed_steps"]  # warm-up, measured, timed
+    fixed = (measured["wall_seconds"] - measured["analysis_seconds"]
+             - steps * measured["step_seconds"])
+    return max(0.0, fixed) + steps * measured["step_seconds"] * size_ratio
+
+
+class _Verifier:
+    """Measured totals (base + peak) of one variant at other sizes, within a run
+    count and a per-run cost cap; runs it will not make are recorded as skipped."""
+
+    def __init__(self, config, name, measured, log):
+        self.config, self.name, self.measured, self.log = config, name, measured, log
+        self.runs = 0
+        self.skipped = {}
+
+    def total(self, totals, key, size_ratio, **changes):
+        if key in totals:
+            return totals[key]
+        if key in self.skipped:
+            return None
+        seconds = estimated_run_seconds(self.measured, size_ratio)
+        if self.runs >= self.config.max_verify_runs:
+            self.skipped[key] = {"reason": "run limit", "estimated_seconds": round(seconds, 1)}
+            return None
+        if seconds > self.config.max_verify_seconds:
+            self.skipped[key] = {"reason": "too expensive", "estimated_seconds": round(seconds, 1)}
+            return None
+        self.log(f"verifying {self.name} at {key} (about {seconds:.0f} s) ...")
+        # As many steps as the measured run: a size fits when every measured step does.
+        step = dataclasses.replace(_variant(self.config, self.name), analyze=False,
+                                   analyze_batches=(), **changes)
+        self.runs += 1
+        try:
+            m = measure(step)
+            totals[key] = m["base_bytes"] + m["peak_over_base_bytes"]
+        except RuntimeError:  # out of memory on a device: does not fit
+            totals[key] = float("inf")
+        return totals[key]
+
+
+def _verify_batch(verifier, f, budget):
+    """Measures the predicted batch, steps down until one fits, and checks that one
+    more does not."""
+    m, totals = verifier.measured, {}
+
+    def total(batch):
+        return verifier.total(totals, f"batch {batch}", batch / m["batch"], batch=batch)
+
+    def under_budget(batch):
+        return total(batch) is not None and total(batch) <= budget
+
+    batch = f.max_batch
+    while batch >= 1 and total(batch) is not None and total(batch) > budget:
+        batch -= 1
+    while batch >= 1 and total(batch) is not None and under_budget(batch + 1):
+        batch += 1
+    fits = batch == 0 or (total(batch) is not None and total(batch) <= budget)
+    one_more = total(batch + 1) if f"batch {batch + 1}" in totals else None
+    return {
+        "max_batch": batch if fits else None,
+        "total_bytes_by_batch": {int(k.split()[1]): v for k, v in totals.items()},
+        "complete": fits and one_more is not None and one_more > budget,
+        "prediction_held": batch == f.max_batch,
+    }
+
+
+def _verify_crop(verifier, f, budget, output_stride):
+    """Measures the predicted crop at batch 1 (one run when it fits), stepping down
+    by the output stride while it does not."""
+    m, totals = verifier.measured, {}
+    crop = f.max_square_crop
+    while crop >= output_stride:
+        ratio = crop * crop / (m["height"] * m["width"] * m["batch"])
+        t = verifier.total(totals, f"crop {crop}", ratio, batch=1, height=crop, width=crop)
+        if t is None or t <= budget:
+            break
+        crop -= output_stride
+    measured_ok = {int(k.split()[1]): v for k, v in totals.items()}
+    fitting = [c for c, v in measured_ok.items() if v <= budget]
+    return {
+        "max_square_crop": max(fitting) if fitting else None,
+        "total_bytes_by_crop": measured_ok,
+        "prediction_held": f.max_square_crop in fitting,
+    }
+
+
+def plan(config, measured, log=print):
+    """Predicts the largest batch and square crop per variant (`planner.fit`); then,
+    if `verify_plan`, measures them for real, each run only when its estimated
+    cost is under `max_verify_seconds`, at most `max_verify_runs` a variant."""
     budget = int(config.memory_budget_gb * 2**30)
-    result = {"budget_gb": config.memory_budget_gb, "variants": {}}
-    for name, v in report["variants"].items():
-        f = planner.fit(v["_measured"], budget)
+    output_stride = config.step.output_stride
+    result = {"budget_gb": config.memory_budget_gb, "budget_bytes": budget,
+              "max_verify_seconds": config.max_verify_seconds, "variants": {}}
+    for name, m in measured.items():
+        f = planner.fit(m, budget, output_stride)
         entry = dataclasses.asdict(f)
-        if config.verify_plan and f.max_batch >= 1:
-            totals = {}
-
-            def total(batch):
-                if batch not in totals and len(totals) < max_runs:
-                    log(f"verifying {name} at batch {batch} ...")
-                    step = dataclasses.replace(
-                        _variant(config, name), batch=batch, timed_steps=0, analyze=False
-                    )
-                    try:
-                        m = measure(step)
-                        totals[batch] = m["base_bytes"] + m["peak_over_base_bytes"]
-                    except RuntimeError:  # out of memory on a device: does not fit
-                        totals[batch] = float("inf")
-                return totals.get(batch)
-
-            batch = f.max_batch
-            while batch >= 1 and total(batch) is not None and total(batch) > budget:
-                batch -= 1
-            while total(batch + 1) is not None and total(batch + 1) <= budget:
-                batch += 1
-            entry["verified"] = {
-                "max_batch": batch,
-                "total_bytes_by_batch": totals,
-                "complete": batch + 1 in totals and (batch == 0 or batch in totals),
-            }
+        entry["predicted_total_bytes"] = {
+            "max_batch": f.total_bytes(f.max_batch),
+            "max_batch_plus_one": f.total_bytes(f.max_batch + 1),
+            "max_square_crop": f.total_bytes(1, f.max_square_crop**2 / (m["height"] * m["width"])),
+        }
+        if config.verify_plan:
+            verifier = _Verifier(config, name, m, log)
+            if f.max_batch >= 1:
+                entry["verified"] = _verify_batch(verifier, f, budget)
+            if f.max_square_crop >= output_stride:
+                entry["crop_verified"] = _verify_crop(verifier, f, budget, output_stride)
+            entry["verification_runs"] = verifier.runs
+            entry["skipped"] = verifier.skipped
         result["variants"][name] = entry
     return result

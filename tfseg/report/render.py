@@ -7,48 +7,69 @@ MIB = 2**20
 PARTS = ("entry_flow", "middle_flow", "exit_flow", "aspp", "decoder", "loss_and_other")
 
 
+def _mib(value):
+    return "-" if value is None else f"{value / MIB:.0f}"
+
+
 def table(report):
     rows = [
-        f"{'variant':<15}{'measured MiB':>13}{'x stock':>8}{'static est':>11}{'step s':>8}"
+        f"{'variant':<15}{'measured MiB':>13}{'x stock':>8}{'static est':>11}{'est/meas':>9}{'step s':>8}"
         f"{'params':>8}{'grads':>7}{'slots':>7}{'activ.':>8}{'/sample':>9}"
     ]
     for name, v in report["variants"].items():
         a = v["accounted"]
         rows.append(
             f"{name:<15}{v['measured_peak_bytes'] / MIB:>13.0f}{v['ratio_to_stock'] or float('nan'):>8.2f}"
-            f"{v['static_estimate_bytes'] / MIB:>11.0f}{v['step_seconds']:>8.2f}"
+            f"{v['static_estimate_bytes'] / MIB:>11.0f}{v['estimate_ratio']:>9.2f}{v['step_seconds']:>8.2f}"
             f"{a['parameter_bytes'] / MIB:>8.0f}{a['gradient_bytes'] / MIB:>7.0f}"
             f"{a['optimizer_slot_bytes'] / MIB:>7.0f}{a['activation_bytes'] / MIB:>8.0f}"
             f"{a['per_sample_activation_bytes'] / MIB:>9.0f}"
         )
+    blocks = {n: v["recompute_blocks"] for n, v in report["variants"].items() if v["recompute_blocks"]}
+    for name, b in blocks.items():
+        rows.append(f"({name} recomputes: {', '.join(b)})")
     rows.append("")
     rows.append("where the kept activations go (% of each variant's):")
     rows.append(f"{'part':<16}" + "".join(f"{n:>15}" for n in report["variants"]))
     for part in PARTS:
         cells = "".join(f"{v['breakdown_percent'].get(part, 0.0):>14.1f}%" for v in report["variants"].values())
         rows.append(f"{part:<16}{cells}")
+    rows.append("")
+    rows.append("alive at the estimated peak (MiB; 'allocator': its rounding and reuse):")
+    rows.append(f"{'part':<16}" + "".join(f"{n:>15}" for n in report["variants"]))
+    for part in PARTS + ("allocator",):
+        cells = "".join(f"{v['peak_by_part_bytes'].get(part, 0) / MIB:>15.1f}" for v in report["variants"].values())
+        rows.append(f"{part:<16}{cells}")
     plan = report.get("plan")
     if plan:
         rows.append("")
         rows.append(f"planner, budget {plan['budget_gb']} GB at {report['config']['height']}x"
-                    f"{report['config']['width']}:")
+                    f"{report['config']['width']} (totals include the base):")
         for name, p in plan["variants"].items():
-            check = p.get("verified")
-            note = "" if check is None else (
-                f"   measured: max batch {check['max_batch']} ("
-                + ", ".join(f"b{b}={t / MIB:.0f}" for b, t in sorted(check["total_bytes_by_batch"].items()))
-                + " MiB)")
             rows.append(f"  {name:<15} predicted max batch {p['max_batch']:>3}, square crop at batch 1 "
-                        f"{p['max_square_crop']:>5}{note}")
+                        f"{p['max_square_crop']:>5}")
+            check = p.get("verified")
+            if check is not None:
+                sizes = ", ".join(f"b{b}={_mib(t)}" for b, t in sorted(check["total_bytes_by_batch"].items()))
+                rows.append(f"  {'':<15} measured: max batch {check['max_batch']} ({sizes} MiB)")
+            crop = p.get("crop_verified")
+            if crop is not None:
+                sizes = ", ".join(f"{c}={_mib(t)}" for c, t in sorted(crop["total_bytes_by_crop"].items()))
+                rows.append(f"  {'':<15} measured: max crop {crop['max_square_crop']} ({sizes} MiB)")
+            for key, why in (p.get("skipped") or {}).items():
+                rows.append(f"  {'':<15} not verified at {key}: {why['reason']} "
+                            f"(~{why['estimated_seconds']:.0f} s)")
     return "\n".join(rows)
 
 
 def markdown(report):
     lines = ["# tfseg memory report", "", f"Configuration: `{json.dumps(report['config'])}`", "",
              "```", table(report), "```", "",
-             "Measured: peak over the post-warm-up base of one full training step, from the "
-             "allocator, each variant in a fresh process. Static: the kept-tensor analysis of "
-             "the traced step (tfseg/memory/analysis.py).", "", "![parts](parts.png)", ""]
+             "Measured: the largest peak over the post-warm-up base of the measured training "
+             "steps, from the allocator, each variant in a fresh process "
+             "(tfseg/memory/measure.py). Static: the traced step replayed on a model of TF's "
+             "executor and allocator; kept: the forward tensors the backward pass reads, by the "
+             "part whose layer made them (tfseg/memory/analysis.py).", "", "![parts](parts.png)", ""]
     return "\n".join(lines)
 
 

@@ -100,7 +100,12 @@ def optimizer(config, model_):
 
 
 def data_config(config, training, batch_size=None):
-    """The ``tfseg.data.DataConfig`` for the training or the evaluation split."""
+    """The ``tfseg.data.DataConfig`` for the training or the evaluation split.
+
+    Only training goes through ``--data_service``: evaluation reads every image
+    once, in file order, in-process (a service in "parallel_epochs" mode would
+    hand each worker its own full epoch).
+    """
     return data_lib.DataConfig(
         dataset=config.dataset,
         root=config.data_dir,
@@ -110,10 +115,13 @@ def data_config(config, training, batch_size=None):
         scale_range=tuple(config.scale_range),
         jitter=config.jitter,
         cache=config.cache and training,
+        deterministic=config.deterministic,
+        skip_bad_examples=config.skip_bad_examples,
+        data_service=(config.data_service or None) if training else None,
         seed=config.seed,
     )
 
 
 def source(config, training=False):
-    """The data set's ``Source`` (class names, palette) for a split."""
+    """The data set's ``Source`` (files, class names, palette) for a split."""
     return data_lib.get_source(data_config(config, training))

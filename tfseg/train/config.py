@@ -13,7 +13,11 @@ NORMS = ("batch", "sync_batch", "group")
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 EVAL_MODES = ("whole", "sliding", "multiscale")
+# tfseg.models.xception.RECOMPUTABLE and tfseg.data.DATASETS, repeated because
+# importing either imports TensorFlow and --mode=validate must not
+# (tests/train/test_config.py keeps them equal).
 RECOMPUTE_BLOCKS = ("entry_block1", "entry_block3", "middle", "exit_block1", "exit_block2")
+DATASETS = ("cityscapes", "voc", "camvid", "synthetic", "tfrecord")
 
 
 def crop_ok(size, output_stride):
@@ -43,8 +47,12 @@ class RunConfig:
     decoupled decay on kernels (not on norms or biases). ``class_weights`` (one
     per class, or empty) weight each pixel's cross-entropy by its label.
 
+    ``data_service`` ("grpc://HOST:PORT", or "" for in-process), ``deterministic``
+    and ``skip_bad_examples`` go to the training ``DataConfig``.
+
     Run: ``checkpoint_every`` steps between checkpoints, ``keep_checkpoints``
-    kept; ``log_every`` steps between TensorBoard scalars and progress lines.
+    kept; ``log_every`` steps between TensorBoard scalars and progress lines;
+    ``eval_every`` steps between whole-image mIoU evaluations during training (0: none).
     ``eval_mode`` is "whole", "sliding" (``eval_crop`` windows every
     ``eval_stride`` pixels) or "multiscale" (``eval_scales`` plus flips).
     """
@@ -61,6 +69,9 @@ class RunConfig:
     jitter: bool = False
     cache: bool = True
     seed: Optional[int] = 0
+    data_service: str = ""
+    deterministic: bool = False
+    skip_bad_examples: bool = False
 
     output_stride: int = 16
     norm: str = "batch"
@@ -86,6 +97,7 @@ class RunConfig:
     keep_checkpoints: int = 3
     log_every: int = 25
     num_summary_images: int = 2
+    eval_every: int = 0
 
     checkpoint: str = ""
     eval_mode: str = "whole"
@@ -99,6 +111,7 @@ class RunConfig:
     # report: the budget to plan for (0: no planner) and where the files go
     # (default MODEL_DIR/report)
     memory_budget_gb: float = 0.0
+    report_verify_seconds: float = 300.0
     report_dir: str = ""
 
     def __post_init__(self):
@@ -106,6 +119,13 @@ class RunConfig:
             if not ok:
                 raise ValueError(f"--{flag}: {message}")
 
+        check(self.dataset in DATASETS, "dataset",
+              f"must be one of {', '.join(DATASETS)}, got {self.dataset!r}")
+        check(len(self.scale_range) == 2 and 0 < self.scale_range[0] <= self.scale_range[1],
+              "scale_range", f"must be MIN,MAX with 0 < MIN <= MAX, got "
+              f"{','.join(map(str, self.scale_range))}")
+        check(not self.data_service or self.data_service.startswith("grpc://"), "data_service",
+              f"must look like grpc://HOST:PORT, got {self.data_service!r}")
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
         check(self.output_stride in (8, 16, 32), "output_stride",
               f"must be 8, 16 or 32, got {self.output_stride}")
@@ -124,11 +144,19 @@ class RunConfig:
                   f"unknown block {block!r}; choose from {RECOMPUTE_BLOCKS}")
         check(self.train_steps >= 1, "train_steps", "must be >= 1")
         check(self.learning_rate > 0, "learning_rate", "must be > 0")
+        check(0 <= self.end_learning_rate <= self.learning_rate, "end_learning_rate",
+              "must be >= 0 and at most --learning_rate")
+        check(self.lr_power > 0, "lr_power", "must be > 0")
+        check(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
+        check(self.weight_decay >= 0, "weight_decay", "must be >= 0")
+        check(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         check(0 <= self.warmup_steps < self.train_steps, "warmup_steps",
               "must be >= 0 and smaller than --train_steps")
         check(self.checkpoint_every >= 1, "checkpoint_every", "must be >= 1")
         check(self.keep_checkpoints >= 1, "keep_checkpoints", "must be >= 1")
         check(self.log_every >= 1, "log_every", "must be >= 1")
+        check(self.eval_every >= 0, "eval_every", "must be >= 0 (0: no evaluation in training)")
+        check(self.num_summary_images >= 0, "num_summary_images", "must be >= 0")
         check(all(w >= 0 for w in self.class_weights), "class_weights", "must be >= 0")
         check(len(self.eval_crop) == 2 and min(self.eval_crop) >= 1, "eval_crop",
               "must be HEIGHT,WIDTH")
@@ -140,6 +168,7 @@ class RunConfig:
         check(self.width_multiplier > 0, "width_multiplier", "must be > 0")
         check(self.middle_repeats >= 1, "middle_repeats", "must be >= 1")
         check(self.memory_budget_gb >= 0, "memory_budget_gb", "must be >= 0")
+        check(self.report_verify_seconds >= 0, "report_verify_seconds", "must be >= 0")
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)

@@ -1,9 +1,12 @@
-"""The training loop: resume, step, log, checkpoint, and stop cleanly on signals or NaN."""
+"""The training loop: resume, step, log, evaluate, checkpoint; stop cleanly on signals or NaN."""
 
 import os
+import resource
+import sys
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from tfseg import data as data_lib
@@ -11,18 +14,29 @@ from tfseg.train import builders, checkpoints, summaries, tensorboard
 from tfseg.train.signals import StopRequest
 from tfseg.train.step import PixelLoss, make_train_step
 
+PEAK_LABELS = ("gpu_peak_MiB", "cpu_peak_MiB", "rss_peak_MiB")
+
 
 class NonFiniteLoss(RuntimeError):
     """The loss became NaN or Inf; the last good checkpoint is kept, the bad state is not saved."""
 
 
-def memory_peak_mb():
-    """Peak allocator bytes (GPU:0, else CPU:0) in MiB, or None where TF does not track it."""
+def memory_peak():
+    """(label, MiB): TF's allocator peak (GPU:0, else CPU:0) where it keeps one, else the
+    process's peak resident set size, labelled as such.
+
+    The CPU allocator keeps no statistics unless oneDNN is on: ``get_memory_info``
+    then raises or reports 0, which the progress bar used to show as a peak of 0.
+    """
     device = "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
     try:
-        return tf.config.experimental.get_memory_info(device)["peak"] / 2**20
+        peak = tf.config.experimental.get_memory_info(device)["peak"]
     except (ValueError, tf.errors.OpError):
-        return None
+        peak = 0
+    if peak > 0:
+        return f"{device[:3].lower()}_peak_MiB", peak / 2**20
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return "rss_peak_MiB", rss / (2**20 if sys.platform == "darwin" else 2**10)
 
 
 def build(config, strategy):
@@ -38,6 +52,16 @@ def build(config, strategy):
     ckpts = checkpoints.Checkpoints(model, config.model_dir, strategy,
                                     config.keep_checkpoints, optimizer=optimizer, step=step)
     return source, model, optimizer, step, ckpts
+
+
+def periodic_eval(config, model, source, chief):
+    """``evaluate(step)`` for ``--eval_every``, or None: off, or not the chief (which owns
+    the TensorBoard files; inference needs no other worker)."""
+    if not config.eval_every or not chief:
+        return None
+    from tfseg.evaluation.evaluate import PeriodicEval  # evaluation imports train.builders
+
+    return PeriodicEval(config, model, source.class_names)
 
 
 def train(config, log=print):
@@ -59,21 +83,27 @@ def train(config, log=print):
         f"{strategy.num_replicas_in_sync} replica(s); "
         + (f"resumed from {restored} at step {start}" if restored else "from scratch"))
     if ckpts.chief:
-        checkpoints.save_config(config, config.model_dir)
+        # Class names and palette too: predict and export then need no data set.
+        checkpoints.save_config(config, config.model_dir, class_names=list(source.class_names),
+                                palette=np.asarray(source.palette).tolist())
     if start >= config.train_steps:
         log(f"already trained to step {start} (--train_steps={config.train_steps})")
         return dict(step=start, loss=None, stopped_by=None, checkpoint=restored)
 
-    dataset = data_lib.build_dataset(builders.data_config(config, training=True), training=True)
+    # Outside the strategy's scope: the counters are this host's, not mirrored.
+    dataset, data_stats = data_lib.build_dataset_with_stats(
+        builders.data_config(config, training=True), training=True)
     batches = iter(data_lib.distribute(dataset.repeat(), strategy))
     train_step = make_train_step(strategy, model, optimizer, PixelLoss(config.class_weights),
                                  step, config.jit_compile)
+    evaluate = periodic_eval(config, model, source, ckpts.chief)
     writer = (tf.summary.create_file_writer(os.path.join(config.model_dir, "train"))
               if ckpts.chief else tf.summary.create_noop_writer())
     progbar = keras.utils.Progbar(config.train_steps - start, interval=0.0,
-                                  stateful_metrics=["lr", "img/s", "peak_MiB"])
+                                  stateful_metrics=["lr", "img/s", *PEAK_LABELS])
     result = dict(step=start, loss=None, stopped_by=None, checkpoint=restored)
     window_start, window_steps = time.perf_counter(), 0
+    saved_at = start if restored else None  # the step whose checkpoint is on disk
 
     with StopRequest() as stop, writer.as_default():
         while int(step.numpy()) < config.train_steps:
@@ -85,30 +115,44 @@ def train(config, log=print):
                     f"loss is {loss} at step {current + 1}: stopped without saving; the last good "
                     f"checkpoint is {ckpts.latest or '(none)'}. Lower --learning_rate or add "
                     f"--warmup_steps.")
+            # False when the loss-scale optimizer skipped the update: nothing to log or save.
+            advanced = current > result["step"]
             window_steps += 1
             result.update(step=current, loss=loss)
-            if current % config.log_every == 0 or current == config.train_steps:
+            if advanced and (current % config.log_every == 0 or current == config.train_steps):
                 seconds = time.perf_counter() - window_start
                 images_per_s = window_steps * config.batch_size / max(seconds, 1e-9)
                 lr = float(optimizer.learning_rate)  # the schedule's value now
-                peak = memory_peak_mb()
+                peak_label, peak = memory_peak()
                 progbar.update(current - start, [
                     ("loss", loss), ("lr", float(f"{lr:.3g}")),
-                    ("img/s", round(images_per_s, 1)), ("peak_MiB", round(peak or 0.0))])
+                    ("img/s", round(images_per_s, 1)), (peak_label, round(peak))])
                 tensorboard.scalar("loss", loss, step=current)
                 tensorboard.scalar("learning_rate", lr, step=current)
                 tensorboard.scalar("images_per_second", images_per_s, step=current)
+                if data_stats is not None:
+                    # Counted as the pipeline reads ahead, so a little ahead of `current`.
+                    for name, count in data_stats.as_dict().items():
+                        tensorboard.scalar(f"data/{name}", count, step=current)
                 if current % (config.log_every * 4) == 0:
                     images, labels = (strategy.experimental_local_results(t)[0] for t in batch)
                     summaries.write_samples(images, labels, predictions, source.palette, current,
                                             config.num_summary_images)
                 window_start, window_steps = time.perf_counter(), 0
-            if current % config.checkpoint_every == 0 or current == config.train_steps or stop:
-                result["checkpoint"] = ckpts.save(current)
+            if advanced and evaluate and current % config.eval_every == 0:
+                metrics = evaluate(current)
+                log(f"\nstep {current}: {config.eval_split} mIoU {metrics['miou']:.4f} "
+                    f"(whole image, {metrics['images']} images, {metrics['seconds']:.1f} s)")
+                window_start = time.perf_counter()  # images/s counts training only
+            if (advanced and (current % config.checkpoint_every == 0
+                              or current == config.train_steps)) or (stop and saved_at != current):
+                result["checkpoint"], saved_at = ckpts.save(current), current
             if stop:
                 result["stopped_by"] = stop.signal
                 log(f"\n{stop.signal}: saved {result['checkpoint']} at step {current}; "
                     f"run again to resume")
                 break
     writer.flush()
+    if data_stats is not None:
+        log(data_stats.summary())
     return result

@@ -45,10 +45,15 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
     only when the loss and every gradient on every replica are finite, so a NaN
     never reaches the weights or the momentum. The ``tf.cond`` sits in the
     cross-replica context because tf.distribute cannot ``merge_call`` (which
-    ``apply_gradients`` does) from a cond inside a replica. ``step`` (an int64
-    variable) counts applied updates. Under ``mixed_float16`` the
-    ``LossScaleOptimizer`` does its own skipping of overflowing steps, so only
+    ``apply_gradients`` does) from a cond inside a replica. Under ``mixed_float16``
+    the ``LossScaleOptimizer`` does its own skipping of overflowing steps, so only
     the loss is checked. The caller stops the run on a non-finite loss.
+
+    ``step`` (an int64 variable) counts applied updates: it moves by exactly as
+    much as ``optimizer.iterations``, which drives the learning-rate schedule
+    and does not move when the loss-scale optimizer skips an update. Counting
+    calls instead would run the step (checkpoint names, --train_steps) ahead of
+    the schedule by every skipped update.
     """
     loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     variables = model.trainable_variables
@@ -75,11 +80,13 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
         loss = strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
         # ReduceOp has no MIN: count the replicas with a non-finite value instead.
         finite = strategy.reduce(tf.distribute.ReduceOp.SUM, bad, axis=None) == 0
+        before = tf.identity(optimizer.iterations.value)
         if loss_scaled:
             strategy.run(update, args=(grads,))
         else:
             tf.cond(finite, lambda: strategy.run(update, args=(grads,)), lambda: None)
-        step.assign_add(tf.cast(finite, tf.int64))
+        # Automatic control dependencies order this read after the update above.
+        step.assign_add(tf.cast(optimizer.iterations.value - before, tf.int64))
         return loss, finite, strategy.experimental_local_results(predictions)[0]
 
     return train_step

@@ -1,0 +1,52 @@
+"""The training step's step counter under loss scaling, and the progress bar's memory peak."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfseg.train import builders, loop
+from tfseg.train.config import RunConfig
+from tfseg.train.step import PixelLoss, make_train_step
+
+
+@pytest.fixture
+def mixed_float16():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    yield
+    keras.mixed_precision.set_global_policy("float32")
+
+
+def test_an_update_the_loss_scale_optimizer_skips_is_not_a_step(mixed_float16):
+    config = RunConfig(width_multiplier=0.25, middle_repeats=1, dropout=0.0, warmup_steps=0,
+                       train_steps=10, dtype_policy="mixed_float16")
+    model = builders.model(config, 3)
+    optimizer = builders.optimizer(config, model)
+    assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    step = tf.Variable(0, dtype=tf.int64)
+    train_step = make_train_step(tf.distribute.get_strategy(), model, optimizer, PixelLoss(),
+                                 step)
+    rng = np.random.default_rng(0)
+    batch = (tf.constant(rng.uniform(-1, 1, (2, 33, 33, 3)), tf.float32),
+             tf.constant(rng.integers(0, 3, (2, 33, 33)), tf.int32))
+    kernel = model.get_layer("logits").kernel
+    before = kernel.numpy()
+
+    # A loss scale of 2^100 overflows float16 gradients: the optimizer skips the update.
+    optimizer.dynamic_scale.assign(2.0 ** 100)
+    loss, finite, _ = train_step(batch)
+    assert bool(finite) and np.isfinite(float(loss))  # the loss itself is fine
+    assert int(optimizer.iterations) == 0 and int(step.numpy()) == 0
+    assert float(optimizer.dynamic_scale) == 2.0 ** 99  # it did see the overflow
+    np.testing.assert_array_equal(kernel.numpy(), before)
+
+    optimizer.dynamic_scale.assign(1.0)
+    train_step(batch)
+    assert int(optimizer.iterations) == 1 and int(step.numpy()) == 1
+    assert not np.array_equal(kernel.numpy(), before)
+
+
+def test_memory_peak_is_labelled_and_positive():
+    label, mib = loop.memory_peak()
+    assert label in loop.PEAK_LABELS
+    assert mib > 10  # a TF process holds far more than 10 MiB at its peak

@@ -1,0 +1,226 @@
+"""Where a functional Keras model can use the memory-saving twins: the graph patterns."""
+
+import collections
+import dataclasses
+
+import keras
+
+from tfseg.layers import (
+    InplaceBatchNormalization,
+    InplaceGroupNormalization,
+    LeanDepthwiseConv2D,
+    ReluConv2D,
+    ReluDepthwiseConv2D,
+)
+from tfseg.layers.recompute import is_linear_conv
+
+# Exact stock classes only: a subclass may change the maths.
+NORM_TWINS = {
+    keras.layers.BatchNormalization: InplaceBatchNormalization,
+    keras.layers.GroupNormalization: InplaceGroupNormalization,
+}
+# Elementwise and deterministic, so a separable block can run them again.
+_ACTIVATIONS = (keras.layers.ReLU, keras.layers.Activation)
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """A block to recompute: every layer after `start` up to and including `end`.
+
+    `start` is the layer whose output is the block's only input; `end` makes its
+    only output. No tensor inside the block may be used outside it.
+    """
+
+    name: str
+    start: str
+    end: str
+
+
+@dataclasses.dataclass
+class Plan:
+    """What `rewrite` changes, by layer name."""
+
+    separable: list = dataclasses.field(default_factory=list)  # (depthwise, pointwise) pairs
+    fused: list = dataclasses.field(default_factory=list)  # (relu, conv) pairs
+    lean: list = dataclasses.field(default_factory=list)  # dilated depthwise convs
+    inplace: list = dataclasses.field(default_factory=list)  # norm layers
+    recomputed: list = dataclasses.field(default_factory=list)  # segment names
+    replacements: dict = dataclasses.field(default_factory=dict, repr=False)
+    skipped: set = dataclasses.field(default_factory=set, repr=False)  # ReLU/pad nodes
+    # id(node) -> (segment name, nodes inside, block input tensor, tail conv or None)
+    blocks: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    def __str__(self):
+        return (
+            f"fused {len(self.separable)} separable convs and {len(self.fused)} ReLU+conv pairs, "
+            f"made {len(self.lean)} dilated depthwise convs lean and {len(self.inplace)} norms "
+            f"output-only, recomputing {len(self.recomputed)} blocks"
+        )
+
+
+def _is_plain_relu(layer):
+    if type(layer) is keras.layers.ReLU:
+        cfg = layer.get_config()
+        return cfg["max_value"] is None and not cfg["negative_slope"] and not cfg["threshold"]
+    # ReLU6 and leaky ReLU are not ReLU: their masks differ, so they stay.
+    return type(layer) is keras.layers.Activation and layer.activation is keras.activations.relu
+
+
+class Graph:
+    """The nodes of a functional model in topological order, and who uses what."""
+
+    def __init__(self, model):
+        self.model = model
+        self.nodes = [
+            node
+            for depth in sorted(model._nodes_by_depth, reverse=True)
+            for node in model._nodes_by_depth[depth]
+            if node.operation is not None and not node.is_input
+        ]
+        self.consumers = collections.defaultdict(list)
+        for node in self.nodes:
+            for tensor in node.input_tensors:
+                self.consumers[id(tensor)].append(node)
+        self.outputs = {id(t) for t in model.outputs}
+
+    def only_consumer(self, node):
+        """The single node that uses `node`'s single output, else None."""
+        if len(node.outputs) != 1 or id(node.outputs[0]) in self.outputs:
+            return None
+        users = self.consumers[id(node.outputs[0])]
+        return users[0] if len(users) == 1 else None
+
+    def sole_feeder(self, node):
+        """The node that makes `node`'s single input and feeds nothing else, else None."""
+        if len(node.input_tensors) != 1:
+            return None
+        history = node.input_tensors[0]._keras_history
+        parent = history.operation._inbound_nodes[history.node_index]
+        if parent.is_input or self.only_consumer(parent) is not node:
+            return None
+        return parent
+
+
+def _relu_chain(graph, node):
+    """The ReLU [and ZeroPadding2D] nodes, in either order, that feed only `node`."""
+    relu = pad = None
+    parent = graph.sole_feeder(node)
+    while parent is not None:
+        layer = parent.operation
+        if relu is None and _is_plain_relu(layer):
+            relu = parent
+        elif pad is None and type(layer) is keras.layers.ZeroPadding2D and (
+            type(node.operation) is keras.layers.DepthwiseConv2D
+            and layer.data_format == "channels_last"
+        ):
+            pad = parent
+        else:
+            break
+        parent = graph.sole_feeder(parent)
+    return relu, pad
+
+
+def _separable_chain(graph, conv):
+    """[activation/ZeroPadding2D ->] DepthwiseConv2D -> norm [-> activation] -> `conv`:
+    the nodes before `conv`, each used once, or None."""
+    if not is_linear_conv(conv.operation):
+        return None
+    chain, node = [], graph.sole_feeder(conv)
+    if node is not None and type(node.operation) in _ACTIVATIONS:
+        chain, node = [node], graph.sole_feeder(node)
+    for kind in (tuple(NORM_TWINS), (keras.layers.DepthwiseConv2D,)):
+        if node is None or type(node.operation) not in kind:
+            return None
+        chain, node = [node, *chain], graph.sole_feeder(node)
+    while node is not None and type(node.operation) in (*_ACTIVATIONS, keras.layers.ZeroPadding2D):
+        chain, node = [node, *chain], graph.sole_feeder(node)
+    if any(len(n.operation._inbound_nodes) != 1 for n in chain):
+        return None  # a shared layer would run in two places
+    return chain
+
+
+def segment_nodes(graph, segment):
+    """The nodes of a `Segment`, its input tensor and its last node; checks it is cut off."""
+    start = graph.model.get_layer(segment.start).output
+    end = graph.model.get_layer(segment.end)
+    # Walk back from the end to the start tensor.
+    inside, stack = set(), [end._inbound_nodes[0]]
+    while stack:
+        node = stack.pop()
+        if id(node) in inside:
+            continue
+        inside.add(id(node))
+        for tensor in node.input_tensors:
+            if tensor is start:
+                continue
+            parent = tensor._keras_history.operation._inbound_nodes[tensor._keras_history.node_index]
+            if parent.is_input:
+                raise ValueError(f"recompute segment {segment.name!r}: {segment.start!r} does not cut it off")
+            stack.append(parent)
+    for node in graph.nodes:
+        if id(node) in inside and node.operation is not end:
+            for tensor in node.outputs:
+                used = graph.consumers[id(tensor)]
+                if id(tensor) in graph.outputs or any(id(user) not in inside for user in used):
+                    raise ValueError(
+                        f"recompute segment {segment.name!r}: {node.operation.name!r} is used outside it"
+                    )
+    return inside, start, end._inbound_nodes[0]
+
+
+def plan(model, fuse_separable=True, fuse_relu_conv=True, inplace_norm=True, lean_dilated=True,
+         recompute=None):
+    """Finds what `rewrite` would change, without building anything. See `rewrite`."""
+    graph = Graph(model)
+    result = Plan(recomputed=[segment.name for segment in recompute or ()])
+    taken = set()  # nodes inside a recompute segment or a fused separable conv
+    separable = set()  # the latter only
+    for segment in recompute or ():
+        inside, start, end = segment_nodes(graph, segment)
+        if inside & taken:
+            raise ValueError(f"recompute segment {segment.name!r} overlaps another")
+        taken |= inside
+        result.blocks[id(end)] = (segment.name, inside, start, None)
+    for node in graph.nodes if fuse_separable else ():
+        chain = None if id(node) in taken else _separable_chain(graph, node)
+        if chain and not {id(n) for n in chain} & taken:
+            depthwise = next(n for n in chain if type(n.operation) is keras.layers.DepthwiseConv2D)
+            result.separable.append((depthwise.operation.name, node.operation.name))
+            inside = {id(n) for n in chain}
+            taken |= inside | {id(node)}
+            separable |= inside | {id(node)}
+            name = f"{depthwise.operation.name}_recompute"
+            result.blocks[id(node)] = (name, inside, chain[0].input_tensors[0], node)
+    for node in graph.nodes:
+        layer = node.operation
+        if id(node) in separable:
+            continue  # the stock layers of a fused separable conv
+        if inplace_norm and type(layer) in NORM_TWINS and layer.name not in result.replacements:
+            result.inplace.append(layer.name)  # once, also for a layer called twice
+            result.replacements[layer.name] = (NORM_TWINS[type(layer)], {})
+        conv_types = (keras.layers.DepthwiseConv2D, keras.layers.Conv2D)
+        if type(layer) not in conv_types or len(layer._inbound_nodes) != 1:
+            continue
+        if layer.data_format != "channels_last" or getattr(layer, "groups", 1) != 1:
+            continue
+        relu, pad = _relu_chain(graph, node) if fuse_relu_conv else (None, None)
+        if relu is not None:
+            result.fused.append((relu.operation.name, layer.name))
+            result.skipped.add(id(relu))
+            extra = {}
+            if type(layer) is keras.layers.DepthwiseConv2D:
+                cls = ReluDepthwiseConv2D
+                if pad is not None:
+                    result.skipped.add(id(pad))
+                    extra["input_padding"] = pad.operation.padding
+            else:
+                cls = ReluConv2D
+            result.replacements[layer.name] = (cls, extra)
+        elif (
+            lean_dilated
+            and type(layer) is keras.layers.DepthwiseConv2D
+            and tuple(layer.dilation_rate) != (1, 1)
+        ):
+            result.lean.append(layer.name)
+            result.replacements[layer.name] = (LeanDepthwiseConv2D, {})
+    return result
