@@ -17,7 +17,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import app, flags  # noqa: E402
 
-from tfseg.train.config import RunConfig  # noqa: E402  (no TensorFlow import)
+from tfseg.errors import InputError, NonFiniteLoss  # noqa: E402  (no TensorFlow import)
+from tfseg.train.config import RunConfig  # noqa: E402
 
 DEFAULTS = RunConfig()
 
@@ -52,31 +53,15 @@ def run_export(config):
     export.export(config)
 
 
-def report_num_classes(config):
-    """The class count of the run's config.json, else of the data set's class list
-    (CamVid: class_dict.csv, TFRecords: their metadata). Reads no images, so the
-    report plans a run before its data set is downloaded (except those two files)."""
-    from tfseg.data import camvid, cityscapes, tfrecords, voc
-    from tfseg.train.checkpoints import load_config
-
-    saved = load_config(config.model_dir)
-    if saved.get("class_names") and saved.get("dataset") == config.dataset:
-        return len(saved["class_names"])
-    if config.dataset == "camvid":
-        return len(camvid.read_class_dict(os.path.join(config.data_dir, "class_dict.csv"))[0])
-    if config.dataset == "tfrecord":
-        return len(tfrecords.read_metadata(config.data_dir, config.train_split)["class_names"])
-    return voc.NUM_CLASSES if config.dataset == "voc" else cityscapes.NUM_CLASSES
-
-
 def run_report(config):
     """Stock vs memory-saving vs recompute, measured side by side for the training
     step these flags describe (crop size, batch, model, dtype)."""
     from tfseg import report
+    from tfseg.evaluation.loading import num_classes
     from tfseg.memory.measure import StepConfig
 
     step = StepConfig(
-        num_classes=report_num_classes(config),
+        num_classes=num_classes(config),
         output_stride=config.output_stride,
         norm=config.norm,
         width_multiplier=config.width_multiplier,
@@ -94,6 +79,7 @@ def run_report(config):
             step=step,
             memory_budget_gb=config.memory_budget_gb or None,
             recompute_blocks=config.recompute or None,
+            verify_plan=config.report_verify_seconds > 0,
             max_verify_seconds=config.report_verify_seconds,
             out_dir=out_dir,
         )
@@ -192,18 +178,18 @@ def _numbers(name, kind, count=None):
     try:
         numbers = tuple(kind(v) for v in values)
     except ValueError:
-        raise ValueError(f"--{name}: expected numbers, got {','.join(values)!r}") from None
+        raise InputError(f"--{name}: expected numbers, got {','.join(values)!r}") from None
     if count and len(numbers) == 1:
         numbers *= count
     if count and len(numbers) != count:
-        raise ValueError(f"--{name}: expected {count} values, got {len(numbers)}")
+        raise InputError(f"--{name}: expected {count} values, got {len(numbers)}")
     return numbers
 
 
 def config_from_flags():
     """The one place where flags become a ``RunConfig``."""
     if FLAGS.mode not in MODES:
-        raise ValueError(f"--mode: unknown mode {FLAGS.mode!r}; choose from {', '.join(MODES)}")
+        raise InputError(f"--mode: unknown mode {FLAGS.mode!r}; choose from {', '.join(MODES)}")
     lists = dict(crop_size=(int, 2), scale_range=(float, 2), eval_crop=(int, 2),
                  eval_stride=(int, 2), eval_scales=(float, None), class_weights=(float, None))
     values = {}
@@ -241,21 +227,13 @@ def main(argv):
         config = config_from_flags()
         MODES[config.mode](config)
         return 0
-    except (ValueError, FileNotFoundError, NotADirectoryError) as error:
-        # Bad input (flags, files, checkpoints): our messages name the flag ("--...")
-        # or start with "tfseg:"; anything else is a bug and keeps its traceback.
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        if isinstance(error, OSError) or message.startswith("--") or "tfseg:" in message:
-            _usage_error(message)
-        raise
-    except RuntimeError as error:
-        from tfseg.train.loop import NonFiniteLoss
-
-        if isinstance(error, NonFiniteLoss):
-            print(f"main.py: error: {error}", file=sys.stderr)
-            return 3
-        raise
-
+    except (InputError, OSError) as error:
+        # Bad flags, files or checkpoints: one line that names them. Any other
+        # exception is a bug and keeps its traceback.
+        _usage_error(str(error).splitlines()[0] if str(error) else type(error).__name__)
+    except NonFiniteLoss as error:
+        print(f"main.py: error: {error}", file=sys.stderr)
+        return 3
 
 if __name__ == "__main__":
     app.run(main, flags_parser=parse_flags)

@@ -92,23 +92,23 @@ def test_data_and_eval_flags_reach_the_config():
         ("", False, 0)
 
 
-def test_report_takes_the_class_count_from_the_data_set(tmp_path):
-    """CamVid's classes are those of its class_dict.csv (void rows are not classes)."""
-    import main
+def test_report_takes_the_class_count_from_the_run_else_the_data_set(tmp_path):
+    """CamVid's classes are those of its class_dict.csv (void rows are not classes);
+    no images are needed."""
+    from tfseg.evaluation.loading import num_classes
     from tfseg.train.config import RunConfig
 
     (tmp_path / "class_dict.csv").write_text(
         "name,r,g,b\nsky,128,128,128\nroad,128,64,128\ncar,64,0,128\nVoid,0,0,0\n")
     run = str(tmp_path / "run")
-    assert main.report_num_classes(RunConfig(dataset="camvid", data_dir=str(tmp_path),
-                                             model_dir=run)) == 3
-    assert main.report_num_classes(RunConfig(dataset="voc", model_dir=run)) == 21
-    assert main.report_num_classes(RunConfig(dataset="synthetic", model_dir=run)) == 19
+    assert num_classes(RunConfig(dataset="camvid", data_dir=str(tmp_path), model_dir=run)) == 3
+    assert num_classes(RunConfig(dataset="voc", model_dir=run)) == 21
+    assert num_classes(RunConfig(dataset="synthetic", model_dir=run)) == 19
     # A trained run's own classes come first.
     os.makedirs(run)
     with open(os.path.join(run, "config.json"), "w") as f:
         json.dump({"dataset": "tfrecord", "class_names": ["a", "b"]}, f)
-    assert main.report_num_classes(RunConfig(dataset="tfrecord", model_dir=run)) == 2
+    assert num_classes(RunConfig(dataset="tfrecord", model_dir=run)) == 2
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
@@ -117,5 +117,6 @@ def test_missing_data_dir_exits_2_naming_it(tmp_path, mode):
     proc = _main(f"--mode={mode}", "--dataset=cityscapes", f"--data_dir={missing}",
                  f"--model_dir={tmp_path / 'run'}")
     assert proc.returncode == 2, proc.stderr[-2000:]
-    last = [line for line in proc.stderr.strip().splitlines() if line.startswith("main.py")]
-    assert len(last) == 1 and ("no_such_dir" in last[0] or "--model_dir" in last[0]), proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("main.py: error:"), proc.stderr[-2000:]
+    assert "no_such_dir" in lines[0] or "--model_dir" in lines[0], lines[0]

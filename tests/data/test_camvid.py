@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from tfseg.data import DataStats, camvid, pairs_dataset, pairs_to_examples
+from tfseg.errors import InputError
 from tests.data.trees import save
 
 CSV = "name,r,g,b\n Sky , 128, 128, 128\nRoad,128,64,128\n Car,64,0,128 \nVoid,0,0,0\n"
@@ -51,10 +52,10 @@ def test_class_dict_with_utf8_byte_order_mark(tmp_path):
 
 def test_bad_class_dict_is_named(tmp_path):
     (tmp_path / "class_dict.csv").write_text("name,r,g,b\na,1,2,3\nb,1,2,3\n")
-    with pytest.raises(ValueError, match="class_dict.csv"):
+    with pytest.raises(InputError, match="class_dict.csv"):
         camvid.read_class_dict(str(tmp_path / "class_dict.csv"))
     (tmp_path / "class_dict.csv").write_text("name,r,g,b\na,1,2\n")
-    with pytest.raises(ValueError, match="class_dict.csv"):
+    with pytest.raises(InputError, match="class_dict.csv"):
         camvid.read_class_dict(str(tmp_path / "class_dict.csv"))
 
 

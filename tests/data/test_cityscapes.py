@@ -4,6 +4,7 @@ import tensorflow as tf
 from PIL import Image
 
 from tfseg.data import DataStats, cityscapes, pairs_dataset, pairs_to_examples
+from tfseg.errors import InputError
 from tests.data.trees import cityscapes_tree, save
 
 # cityscapesScripts labels.py: (id, trainId) for every label with id >= 0.
@@ -60,7 +61,7 @@ def test_missing_folder_and_empty_split_name_the_path(tmp_path):
         cityscapes.files(str(tmp_path), "val")
     (tmp_path / "leftImg8bit" / "test").mkdir(parents=True)
     (tmp_path / "gtFine" / "test").mkdir(parents=True)
-    with pytest.raises(ValueError, match=str(tmp_path / "leftImg8bit" / "test")):
+    with pytest.raises(InputError, match=str(tmp_path / "leftImg8bit" / "test")):
         cityscapes.files(str(tmp_path), "test")
 
 

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from tfseg.data import (DataConfig, DataStats, build_dataset, build_dataset_with_stats,
                         distribute, get_source)
+from tfseg.errors import InputError
 from tests.data.trees import cityscapes_tree, voc_tree
 
 
@@ -145,9 +146,9 @@ def test_data_service_elements_equal_local(synthetic_root):
 
 
 def test_config_validation_and_stats_with_service(synthetic_root):
-    with pytest.raises(ValueError, match="dataset"):
+    with pytest.raises(InputError, match="dataset"):
         DataConfig(dataset="coco")
-    with pytest.raises(ValueError, match="grpc"):
+    with pytest.raises(InputError, match="grpc"):
         DataConfig(data_service="localhost:5000")
     with pytest.raises(ValueError, match="service"):
         build_dataset(_config(synthetic_root, data_service="grpc://localhost:1"), True,

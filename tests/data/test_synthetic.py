@@ -6,6 +6,7 @@ import pytest
 from PIL import Image
 
 from tfseg.data import cityscapes, synthetic, write_synthetic_cityscapes
+from tfseg.errors import InputError
 
 
 def test_layout_and_real_label_ids(synthetic_root):
@@ -27,7 +28,7 @@ def test_deterministic_and_idempotent(tmp_path, synthetic_root):
     mtime = os.stat(first).st_mtime_ns
     write_synthetic_cityscapes(str(tmp_path), 6, 3, 48, 80, seed=3)
     assert os.stat(first).st_mtime_ns == mtime
-    with pytest.raises(ValueError, match=str(tmp_path)):
+    with pytest.raises(InputError, match=str(tmp_path)):
         write_synthetic_cityscapes(str(tmp_path), 6, 3, 48, 80, seed=4)
 
 

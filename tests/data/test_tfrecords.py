@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from tfseg.data import (DataConfig, build_dataset, build_dataset_with_stats, cityscapes,
                         read_tfrecords, voc, write_tfrecords)
+from tfseg.errors import InputError
 from tests.data.trees import cityscapes_tree, voc_tree
 
 
@@ -43,7 +44,7 @@ def test_jpeg_images_round_trip_bit_exact(tmp_path):
 
 
 def test_missing_shards_are_named(tmp_path):
-    with pytest.raises(ValueError, match=str(tmp_path)):
+    with pytest.raises(InputError, match=str(tmp_path)):
         read_tfrecords(str(tmp_path), "val")
 
 
@@ -108,5 +109,5 @@ def test_metadata_without_shard_sizes_is_named(tmp_path):
     meta = json.loads(path.read_text())
     del meta["shard_sizes"]
     path.write_text(json.dumps(meta))
-    with pytest.raises(ValueError, match="train-00000-of-00002.tfrecord"):
+    with pytest.raises(InputError, match="train-00000-of-00002.tfrecord"):
         read_tfrecords(str(tmp_path / "rec"), "train")

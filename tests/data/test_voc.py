@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from tfseg.data import DataStats, pairs_dataset, pairs_to_examples, voc
+from tfseg.errors import InputError
 from tests.data.trees import voc_tree
 
 
@@ -28,7 +29,7 @@ def test_missing_list_and_empty_list_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="val.txt"):
         voc.files(str(tmp_path), "val")
     (tmp_path / "ImageSets" / "Segmentation" / "val.txt").write_text("\n")
-    with pytest.raises(ValueError, match="val.txt"):
+    with pytest.raises(InputError, match="val.txt"):
         voc.files(str(tmp_path), "val")
     (tmp_path / "ImageSets" / "Segmentation" / "val.txt").write_text("2007_999999\n")
     with pytest.raises(FileNotFoundError, match="2007_999999.jpg"):

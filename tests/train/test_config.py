@@ -3,8 +3,9 @@
 import pytest
 
 from tfseg import data as data_lib
-from tfseg.train import builders
+from tfseg.errors import InputError
 from tfseg.models import xception
+from tfseg.train import builders
 from tfseg.train.config import DATASETS, RECOMPUTE_BLOCKS, RunConfig
 
 
@@ -22,7 +23,7 @@ def test_names_match_the_data_and_model_packages():
     ("report_verify_seconds", -1.0),
 ])
 def test_bad_values_name_their_flag(field, value):
-    with pytest.raises(ValueError, match=f"^--{field}: "):
+    with pytest.raises(InputError, match=f"^--{field}: "):
         RunConfig(**{field: value})
 
 

@@ -76,10 +76,11 @@ def _run_workers(model_dir, data_dir, train_steps):
 
 @pytest.mark.slow
 def test_two_local_workers_train_together_and_resume(tmp_path, data_dir):
-    """MultiWorkerMirroredStrategy from TF_CONFIG, two processes on loopback ports:
-    2 steps, then both resume from the chief's checkpoint and go on to 4."""
+    """MultiWorkerMirroredStrategy from TF_CONFIG, two processes on loopback ports, sync
+    batch norm: 2 steps, then both resume from the chief's checkpoint and go on to 4."""
     first = _run_workers(tmp_path, data_dir, 2)
-    assert "2 replica(s)" in first[0]
+    # --norm=batch (the default) becomes sync batch norm over the two replicas.
+    assert all("sync_batch norm, 2 replica(s)" in output for output in first), first[0][-3000:]
     assert all("from scratch" in output for output in first)
     names = set(os.listdir(tmp_path))
     assert {"checkpoint", "ckpt-2.index", "config.json"} <= names

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from tests.train.conftest import run_main
+from tests.train.conftest import TINY_FLAGS, run_main
 from tfseg.models import normalize
 from tfseg.train.config import RunConfig
 
@@ -83,6 +83,20 @@ def test_a_checkpoint_of_another_architecture_exits_2_naming_it(trained, tmp_pat
     assert lines[0].startswith(f"main.py: error: tfseg: checkpoint {tmp_path}/ckpt-6 does not "
                                f"match the model")
     assert "model weights missing (e.g. middle_unit2_" in lines[0]
+
+
+@pytest.mark.parametrize("mode,split", [("train", "train"), ("eval", "val")])
+def test_a_corrupt_image_exits_2_naming_it(trained, tmp_path, mode, split):
+    data_dir, model_dir = trained
+    copy = shutil.copytree(data_dir, tmp_path / "data")
+    images = sorted((copy / "leftImg8bit" / split).glob("*/*.png"))
+    images[-1].write_bytes(images[-1].read_bytes()[:300])  # truncated
+    proc = run_main(f"--mode={mode}", f"--data_dir={copy}", f"--model_dir={model_dir}",
+                    "--train_steps=8", *TINY_FLAGS, check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert lines[0] == f"main.py: error: tfseg: cannot read or decode image file {images[-1]}"
 
 
 @pytest.mark.slow

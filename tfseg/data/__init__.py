@@ -3,7 +3,8 @@
 from tfseg.data import camvid, cityscapes, png, synthetic, transforms, voc
 from tfseg.data.config import DATASETS, DataConfig
 from tfseg.data.decode import load_pair, pairs_dataset, pairs_to_examples
-from tfseg.data.pipeline import build_dataset, build_dataset_with_stats, distribute, get_source
+from tfseg.data.pipeline import (build_dataset, build_dataset_with_stats, class_names,
+                                 distribute, get_source, iterate)
 from tfseg.data.source import IGNORE_LABEL, Source
 from tfseg.data.stats import DataStats
 from tfseg.data.synthetic import write_synthetic_cityscapes
@@ -18,9 +19,11 @@ __all__ = [
     "build_dataset",
     "build_dataset_with_stats",
     "camvid",
+    "class_names",
     "cityscapes",
     "distribute",
     "get_source",
+    "iterate",
     "load_pair",
     "pairs_dataset",
     "pairs_to_examples",

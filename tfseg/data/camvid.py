@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from tfseg.data import png
 from tfseg.data.source import IGNORE_LABEL, Source, require_dir, require_file, require_pairs
+from tfseg.errors import InputError
 
 IGNORE_NAMES = ("void", "unlabelled", "unlabeled", "ignore")
 
@@ -42,15 +43,15 @@ def read_class_dict(path):
             if len(rgb) != 3 or not all(0 <= v <= 255 for v in rgb):
                 raise ValueError
         except (ValueError, IndexError):
-            raise ValueError(f"tfseg: bad row {row!r} in {path}") from None
+            raise InputError(f"tfseg: bad row {row!r} in {path}") from None
         (ignored if name.lower() in IGNORE_NAMES else colours).append(rgb)
         if name.lower() not in IGNORE_NAMES:
             names.append(name)
     every = colours + ignored
     if len(set(every)) != len(every):
-        raise ValueError(f"tfseg: a colour is listed twice in {path}")
+        raise InputError(f"tfseg: a colour is listed twice in {path}")
     if not names:
-        raise ValueError(f"tfseg: no classes in {path}")
+        raise InputError(f"tfseg: no classes in {path}")
     return (tuple(names), np.array(colours, np.uint8).reshape(-1, 3),
             np.array(ignored, np.uint8).reshape(-1, 3))
 

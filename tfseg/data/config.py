@@ -3,6 +3,8 @@
 import dataclasses
 from typing import Optional, Tuple, Union
 
+from tfseg.errors import InputError
+
 DATASETS = ("cityscapes", "voc", "camvid", "synthetic", "tfrecord")
 
 
@@ -53,13 +55,13 @@ class DataConfig:
 
     def __post_init__(self):
         if self.dataset not in DATASETS:
-            raise ValueError(f"tfseg: dataset must be one of {DATASETS}, got {self.dataset!r}")
+            raise InputError(f"tfseg: dataset must be one of {DATASETS}, got {self.dataset!r}")
         if min(self.crop_size) < 2:
-            raise ValueError(f"tfseg: crop_size must be at least 2x2, got {self.crop_size}")
+            raise InputError(f"tfseg: crop_size must be at least 2x2, got {self.crop_size}")
         if not 0 < self.scale_range[0] <= self.scale_range[1]:
-            raise ValueError(f"tfseg: bad scale_range {self.scale_range}")
+            raise InputError(f"tfseg: bad scale_range {self.scale_range}")
         if self.batch_size < 1:
-            raise ValueError(f"tfseg: batch_size must be >= 1, got {self.batch_size}")
+            raise InputError(f"tfseg: batch_size must be >= 1, got {self.batch_size}")
         if self.data_service is not None and not self.data_service.startswith("grpc://"):
-            raise ValueError(f"tfseg: data_service must look like grpc://HOST:PORT, "
+            raise InputError(f"tfseg: data_service must look like grpc://HOST:PORT, "
                              f"got {self.data_service!r}")

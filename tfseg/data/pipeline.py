@@ -6,6 +6,8 @@ stateless seeds -> batch -> [tf.data service] -> prefetch. File-list shuffling
 is free; element shuffling is only used where the file order is frozen.
 """
 
+import os
+
 import tensorflow as tf
 
 from tfseg.data import camvid, cityscapes, tfrecords, voc
@@ -14,6 +16,7 @@ from tfseg.data.source import IGNORE_LABEL, Source
 from tfseg.data.stats import DataStats
 from tfseg.data.synthetic import write_synthetic_cityscapes
 from tfseg.data.transforms import eval_transform, train_transform
+from tfseg.errors import InputError
 
 _READERS = {"cityscapes": cityscapes.source, "voc": voc.source, "camvid": camvid.source}
 
@@ -31,6 +34,17 @@ def get_source(config):
         write_synthetic_cityscapes(config.root)
         return cityscapes.source(config.root, config.split)
     return _READERS[config.dataset](config.root, config.split)
+
+
+def class_names(config):
+    """The class names of the data set ``config`` reads, without listing or reading
+    its images (CamVid reads ``class_dict.csv``, TFRecords their metadata), so that
+    a run can be planned before the data set is on disk."""
+    if config.dataset == "camvid":
+        return camvid.read_class_dict(os.path.join(config.root, "class_dict.csv"))[0]
+    if config.dataset == "tfrecord":
+        return tuple(tfrecords.read_metadata(config.root, config.split)["class_names"])
+    return voc.CLASS_NAMES if config.dataset == "voc" else cityscapes.CLASS_NAMES
 
 
 def _examples(config, training, stats):
@@ -121,3 +135,36 @@ def distribute(dataset, strategy):
     """
     return strategy.experimental_distribute_dataset(
         dataset, tf.distribute.InputOptions(experimental_fetch_to_device=True))
+
+
+# The pipeline's own checks (decode.py, tfrecords.py) fail through tf.debugging.Assert
+# with this marker before the message that names the file(s).
+_ASSERT_MARK = "[tfseg:] ["
+_DATA_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.NotFoundError, tf.errors.DataLossError)
+
+
+def iterate(dataset):
+    """Yields the elements of ``dataset`` (a dataset, or a distributed one).
+
+    A file that the pipeline cannot read, decode or pair stops it with an
+    ``InputError`` whose one-line message names the file(s), instead of TF's
+    multi-line op error.
+    """
+    iterator = iter(dataset)
+    while True:
+        try:
+            element = next(iterator)
+        except StopIteration:
+            return
+        except _DATA_ERRORS as error:
+            raise InputError(_data_error_message(error)) from None
+        yield element
+
+
+def _data_error_message(error):
+    text = error.message
+    start = text.find(_ASSERT_MARK)
+    if start < 0:  # e.g. a file removed after the file list was made
+        return f"tfseg: input pipeline: {text.strip().splitlines()[0]}"
+    body = text[start + len(_ASSERT_MARK):].split("\n", 1)[0].rstrip()
+    return "tfseg: " + (body[:-1] if body.endswith("]") else body)

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfseg.data.png import decode_index_png
+from tfseg.errors import InputError
 
 IGNORE_LABEL = 255
 
@@ -60,7 +61,7 @@ def require_file(path, role="file"):
 def require_pairs(pairs, where):
     """Raise ValueError naming ``where`` when a split has no examples."""
     if not pairs:
-        raise ValueError(f"tfseg: no examples found in {where}")
+        raise InputError(f"tfseg: no examples found in {where}")
     return tuple(pairs)
 
 

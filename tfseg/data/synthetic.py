@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from tfseg.data.cityscapes import LABEL_ID_TO_TRAIN_ID
+from tfseg.errors import InputError
 
 # Cityscapes label id -> (base RGB, texture). Colour and texture are both
 # class-specific so that neither alone is needed to tell classes apart.
@@ -114,9 +115,9 @@ def write_synthetic_cityscapes(root, num_train=40, num_val=10, height=128, width
             existing = json.load(f)
         if existing == params:
             return root
-        raise ValueError(f"tfseg: {root} holds a synthetic set made with {existing}, not {params}")
+        raise InputError(f"tfseg: {root} holds a synthetic set made with {existing}, not {params}")
     if min(height, width) < 32:
-        raise ValueError(f"tfseg: synthetic images must be at least 32x32, got {height}x{width}")
+        raise InputError(f"tfseg: synthetic images must be at least 32x32, got {height}x{width}")
     for split_index, (split, count) in enumerate((("train", num_train), ("val", num_val))):
         cities = _CITIES[split]
         for city in cities:

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from tfseg.data.decode import decode_image, pairs_dataset, pairs_to_examples
 from tfseg.data.stats import DataStats
+from tfseg.errors import InputError
 
 _FEATURES = {
     "image": tf.io.FixedLenFeature([], tf.string),
@@ -118,7 +119,7 @@ def shard_files(data_dir, split):
         raise FileNotFoundError(f"tfseg: data folder not found: {data_dir}")
     shards = sorted(glob.glob(os.path.join(data_dir, f"{split}-*-of-*.tfrecord")))
     if not shards:
-        raise ValueError(f"tfseg: no {split} TFRecord shards in {data_dir}")
+        raise InputError(f"tfseg: no {split} TFRecord shards in {data_dir}")
     return shards
 
 
@@ -211,7 +212,7 @@ def _read(data_dir, split, training, seed, deterministic, label_dtype, skip_bad_
     sizes = meta.get("shard_sizes", {})
     for shard in shards:
         if os.path.basename(shard) not in sizes:
-            raise ValueError(f"tfseg: {shard} has no record count in {split}.json "
+            raise InputError(f"tfseg: {shard} has no record count in {split}.json "
                              f"(written by an older tfseg?); convert the data again")
     parse = parse_fn(meta["raw"], label_dtype)
     files = tf.data.Dataset.from_tensor_slices(

@@ -25,25 +25,23 @@ def inference_config(config):
 
 
 def _step_of(path):
-    """The step number of a checkpoint path "…/ckpt-1500"."""
-    try:
-        return int(path.rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return 0
+    """The training step saved in checkpoint ``path`` (0 for one saved without it)."""
+    reader = tf.train.load_checkpoint(path)
+    key = "step/.ATTRIBUTES/VARIABLE_VALUE"
+    return int(reader.get_tensor(key)) if reader.has_tensor(key) else 0
 
 
-def eval_dataset(config):
-    """(dataset, DataStats or None): whole images at batch 1, so there is no padding
-    to mask out, and the counts of bad examples and unknown label pixels."""
-    return data_lib.build_dataset_with_stats(
-        builders.data_config(config, training=False, batch_size=1), training=False)
+def eval_data(config):
+    """The evaluation split's ``DataConfig``: whole images at batch 1, so there is no
+    padding to mask out."""
+    return builders.data_config(config, training=False, batch_size=1)
 
 
 def run_metrics(predictor, dataset, class_names):
     """(SegmentationMetrics, images, seconds) of ``predictor`` over ``dataset``."""
     metrics = SegmentationMetrics(len(class_names), class_names)
     start, images = time.perf_counter(), 0
-    for image, label in dataset:
+    for image, label in data_lib.iterate(dataset):
         metrics.update(label, predictor.classes(image))
         images += 1
     return metrics, images, time.perf_counter() - start
@@ -66,7 +64,7 @@ class PeriodicEval:
     """
 
     def __init__(self, config, model, class_names):
-        self.dataset, _ = eval_dataset(config)
+        self.dataset = data_lib.build_dataset(eval_data(config), training=False)
         self.predictor = Predictor(model)
         self.class_names = tuple(class_names)
         self.writer = tf.summary.create_file_writer(os.path.join(config.model_dir, EVAL_SUBDIR))
@@ -89,7 +87,7 @@ def evaluate(config, log=print):
     """
     model, classes, path, config = load_model(config, log=log)
     predictor = Predictor(model, inference_config(config))
-    dataset, data_stats = eval_dataset(config)
+    dataset, data_stats = data_lib.build_dataset_with_stats(eval_data(config), training=False)
     metrics, images, seconds = run_metrics(predictor, dataset, classes.class_names)
     result = {
         **metrics.result(),

@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+from tfseg import data as data_lib
 from tfseg.train import builders, checkpoints
 
 # Settings that change which variables exist; taken from the config.json beside the
@@ -55,6 +56,15 @@ def classes(config, saved):
         return Classes(tuple(saved["class_names"]), np.asarray(saved["palette"], np.uint8))
     source = builders.source(config, training=False)
     return Classes(tuple(source.class_names), np.asarray(source.palette, np.uint8))
+
+
+def num_classes(config):
+    """The class count of the run in ``config.model_dir`` (its config.json), else of
+    the data set's class list (``tfseg.data.class_names``): no images are read."""
+    saved = checkpoints.load_config(config.model_dir)
+    if saved.get("class_names") and saved.get("dataset") == config.dataset:
+        return len(saved["class_names"])
+    return len(data_lib.class_names(builders.data_config(config, training=True)))
 
 
 def load_model(config, stock=False, log=print):

@@ -5,6 +5,7 @@ import os
 import numpy as np
 from PIL import Image
 
+from tfseg.errors import InputError
 from tfseg.evaluation.evaluate import inference_config
 from tfseg.evaluation.inference import Predictor
 from tfseg.evaluation.loading import load_model
@@ -35,7 +36,7 @@ def predict(config, log=print):
     (default ``MODEL_DIR/predictions``).
     """
     if not config.input_path:
-        raise ValueError("--input_path: required for --mode=predict (an image or a folder)")
+        raise InputError("--input_path: required for --mode=predict (an image or a folder)")
     paths = list_images(config.input_path)
     # The palette comes from the run's config.json: no data set needed.
     model, classes, _, config = load_model(config, log=log)
@@ -47,7 +48,7 @@ def predict(config, log=print):
         try:
             rgb = np.asarray(Image.open(path).convert("RGB"))
         except OSError as error:
-            raise ValueError(f"tfseg: cannot read image {path}: {error}") from None
+            raise InputError(f"tfseg: cannot read image {path}: {error}") from None
         labels = predictor.classes(normalize(rgb[np.newaxis]))[0]
         colours = colourise(labels, classes.palette).numpy()
         overlay = (OVERLAY_ALPHA * colours + (1 - OVERLAY_ALPHA) * rgb).astype(np.uint8)

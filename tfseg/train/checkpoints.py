@@ -15,6 +15,7 @@ import shutil
 import tensorflow as tf
 
 from tfseg import memory
+from tfseg.errors import InputError
 
 CONFIG_FILE = "config.json"
 
@@ -74,7 +75,7 @@ def check_matches(path, model):
         (reshaped, "of another shape, checkpoint vs model"),
     ) if names]
     if problems:
-        raise ValueError(
+        raise InputError(
             f"tfseg: checkpoint {path} does not match the model {model.name}: "
             f"{'; '.join(problems)}. Was it trained with other --dataset, --width_multiplier, "
             f"--middle_repeats or --norm?")
@@ -104,9 +105,7 @@ class Checkpoints:
         Not ``manager.latest_checkpoint``: on other workers that names a file in
         their scratch folder, which is deleted after each save.
         """
-        if not tf.io.gfile.isdir(self.model_dir):
-            return None
-        return tf.train.latest_checkpoint(self.model_dir)
+        return latest_checkpoint(self.model_dir)
 
     def restore(self, path=None):
         """Restores ``path`` or the latest checkpoint; returns the path, or None if there is none.
@@ -131,6 +130,11 @@ class Checkpoints:
         return path
 
 
+def latest_checkpoint(model_dir):
+    """The latest checkpoint in ``model_dir``, or None (also when there is no such folder)."""
+    return tf.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
+
+
 def find_checkpoint(model_dir, name=""):
     """The checkpoint prefix named by ``--checkpoint`` (a path, or a name in ``model_dir``),
     else the latest in ``model_dir``.
@@ -143,7 +147,7 @@ def find_checkpoint(model_dir, name=""):
             if tf.io.gfile.exists(candidate + ".index"):
                 return candidate
         raise FileNotFoundError(f"--checkpoint: no checkpoint {name!r} (nor in {model_dir})")
-    latest = tf.train.latest_checkpoint(model_dir) if os.path.isdir(model_dir) else None
+    latest = latest_checkpoint(model_dir)
     if latest is None:
         raise FileNotFoundError(f"--model_dir: no checkpoint in {model_dir}; train first")
     return latest
@@ -173,4 +177,4 @@ def load_config(model_dir):
         try:
             return json.load(f)
         except ValueError as error:
-            raise ValueError(f"tfseg: {path} is not valid JSON: {error}") from None
+            raise InputError(f"tfseg: {path} is not valid JSON: {error}") from None

@@ -9,6 +9,8 @@ import dataclasses
 import json
 from typing import Optional, Tuple
 
+from tfseg.errors import InputError
+
 NORMS = ("batch", "sync_batch", "group")
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -117,7 +119,7 @@ class RunConfig:
     def __post_init__(self):
         def check(ok, flag, message):
             if not ok:
-                raise ValueError(f"--{flag}: {message}")
+                raise InputError(f"--{flag}: {message}")
 
         check(self.dataset in DATASETS, "dataset",
               f"must be one of {', '.join(DATASETS)}, got {self.dataset!r}")

@@ -10,15 +10,12 @@ import numpy as np
 import tensorflow as tf
 
 from tfseg import data as data_lib
+from tfseg.errors import InputError, NonFiniteLoss
 from tfseg.train import builders, checkpoints, summaries, tensorboard
 from tfseg.train.signals import StopRequest
 from tfseg.train.step import PixelLoss, make_train_step
 
 PEAK_LABELS = ("gpu_peak_MiB", "cpu_peak_MiB", "rss_peak_MiB")
-
-
-class NonFiniteLoss(RuntimeError):
-    """The loss became NaN or Inf; the last good checkpoint is kept, the bad state is not saved."""
 
 
 def memory_peak():
@@ -43,15 +40,16 @@ def build(config, strategy):
     """Model, optimizer, step counter and checkpoints, restored from ``model_dir`` if it has one."""
     source = builders.source(config, training=True)
     if config.class_weights and len(config.class_weights) != source.num_classes:
-        raise ValueError(f"--class_weights: {len(config.class_weights)} values for "
+        raise InputError(f"--class_weights: {len(config.class_weights)} values for "
                          f"{source.num_classes} classes of {config.dataset}")
+    norm = builders.norm_for(config, strategy)
     with strategy.scope():
-        model = builders.model(config, source.num_classes, builders.norm_for(config, strategy))
+        model = builders.model(config, source.num_classes, norm)
         optimizer = builders.optimizer(config, model)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     ckpts = checkpoints.Checkpoints(model, config.model_dir, strategy,
                                     config.keep_checkpoints, optimizer=optimizer, step=step)
-    return source, model, optimizer, step, ckpts
+    return source, model, optimizer, step, ckpts, norm
 
 
 def periodic_eval(config, model, source, chief):
@@ -76,11 +74,11 @@ def train(config, log=print):
     """
     strategy = builders.strategy(config)
     builders.set_dtype_policy(config)
-    source, model, optimizer, step, ckpts = build(config, strategy)
+    source, model, optimizer, step, ckpts, norm = build(config, strategy)
     restored = ckpts.restore()
     start = int(step.numpy())
     log(f"{model.name}: {model.count_params():,} parameters, {source.num_classes} classes, "
-        f"{strategy.num_replicas_in_sync} replica(s); "
+        f"{norm} norm, {strategy.num_replicas_in_sync} replica(s); "
         + (f"resumed from {restored} at step {start}" if restored else "from scratch"))
     if ckpts.chief:
         # Class names and palette too: predict and export then need no data set.
@@ -93,7 +91,7 @@ def train(config, log=print):
     # Outside the strategy's scope: the counters are this host's, not mirrored.
     dataset, data_stats = data_lib.build_dataset_with_stats(
         builders.data_config(config, training=True), training=True)
-    batches = iter(data_lib.distribute(dataset.repeat(), strategy))
+    batches = data_lib.iterate(data_lib.distribute(dataset.repeat(), strategy))
     train_step = make_train_step(strategy, model, optimizer, PixelLoss(config.class_weights),
                                  step, config.jit_compile)
     evaluate = periodic_eval(config, model, source, ckpts.chief)
@@ -140,10 +138,12 @@ def train(config, log=print):
                                             config.num_summary_images)
                 window_start, window_steps = time.perf_counter(), 0
             if advanced and evaluate and current % config.eval_every == 0:
+                eval_start = time.perf_counter()
                 metrics = evaluate(current)
                 log(f"\nstep {current}: {config.eval_split} mIoU {metrics['miou']:.4f} "
                     f"(whole image, {metrics['images']} images, {metrics['seconds']:.1f} s)")
-                window_start = time.perf_counter()  # images/s counts training only
+                # images/s counts training only: the window skips the evaluation.
+                window_start += time.perf_counter() - eval_start
             if (advanced and (current % config.checkpoint_every == 0
                               or current == config.train_steps)) or (stop and saved_at != current):
                 result["checkpoint"], saved_at = ckpts.save(current), current
