@@ -1,7 +1,9 @@
+import keras
 import numpy as np
 import pytest
 
-from tfseg.models import LayerPolicy, xception65
+from tfseg.models import LayerPolicy, xception65, xception_features
+from tfseg.models.xception import RECOMPUTABLE, recompute_segments
 from tests.conftest import TINY
 
 H, W = 97, 129  # both 32k + 1, so strided and atrous grids line up exactly
@@ -65,3 +67,22 @@ def test_full_xception65_parameter_count_and_names():
 def test_bad_output_stride_is_rejected():
     with pytest.raises(ValueError, match="output_stride"):
         xception65(output_stride=4)
+
+
+@pytest.mark.parametrize("block", ["entry_block2", "middle_flow", "middle_unit1"])
+def test_recompute_segments_reject_blocks_that_are_not_recomputable(block):
+    features = xception_features(keras.Input((H, W, 3)), **TINY)
+    with pytest.raises(ValueError) as error:
+        recompute_segments(features, ("middle", block), TINY["middle_repeats"])
+    # The message names the bad block (only) and the allowed ones.
+    assert f"cannot recompute [{block!r}]" in str(error.value)
+    assert str(list(RECOMPUTABLE)) in str(error.value)
+
+
+def test_recompute_segments_cover_every_unit_of_the_chosen_blocks():
+    features = xception_features(keras.Input((H, W, 3)), **TINY)
+    segments = recompute_segments(features, ("entry_block1", "middle"), TINY["middle_repeats"])
+    assert [s.name for s in segments] == ["entry_block1", "middle_unit1", "middle_unit2"]
+    # Each runs from the previous unit's output: the stem's, then entry block 3's.
+    assert (segments[0].start, segments[1].start) == ("entry_conv2_relu", "entry_block3_add")
+    assert segments[2].start == segments[1].end == "middle_unit1_add"

@@ -43,8 +43,6 @@ class Recompute(keras.layers.Layer):
             tail.build(block.outputs[0].shape)
         self.block = block
         self.tail = tail
-        # The static shape of the last traced call, for memory analysis.
-        self.traced_input_shape = None
 
     def build(self, input_shape):
         if not self.block.built:
@@ -52,7 +50,6 @@ class Recompute(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=None):
-        self.traced_input_shape = tuple(inputs.shape)
         block, tail = self.block, self.tail
         if not training:
             y = block(inputs, training=training)

@@ -10,13 +10,20 @@ The recipe, as `measure_in_process` runs it:
 3. Run one warm-up step: it traces, builds the optimizer slots and grows the
    allocator's regions.
 4. `gc.collect()`; read `base = get_memory_info(device)["current"]`: the weights,
-   the slots and the inputs.
+   the slots, the inputs and whatever the traced step holds between calls (e.g.
+   constants that Grappler materialised in it).
 5. `reset_memory_stats(device)`, run one step, read `peak`; report `peak - base`:
    the forward activations, the backward working set and the update, without
    the weights and slots that were there before. The `timed_steps` that follow
-   are measured the same way (a reset before each); the largest of these peaks
-   is the result, since the executor's scheduling of concurrent branches makes
-   the peak vary a little from step to step. Their median time is the step time.
+   are measured the same way (a reset before each, each peak over the same
+   `base`, so that `base + peak` is always the step's total). The median of
+   these peaks is the result (the largest is kept beside it), since the
+   executor's scheduling of concurrent branches makes the peak vary from step
+   to step. Their median time is the step time.
+6. Repeat in more fresh processes and take the median (`measure_repeats`): the
+   allocator's chunk layout after the warm-up differs from process to process,
+   and once in a while a whole process measures ~20-30% higher than its
+   neighbours.
 
 The allocator is the GPU's (`GPU:0`) when there is one, else `CPU:0`.
 
@@ -26,6 +33,7 @@ Run as a module to measure one configuration and print one JSON line:
 
 import dataclasses
 import gc
+import importlib
 import json
 import os
 import subprocess
@@ -51,6 +59,12 @@ class StepConfig:
         (`tfseg.memory.analysis.step_breakdown`).
       analyze_batches: more batch sizes for the analysis to estimate the peak
         at (traced, not run), e.g. for the planner's slope.
+      builder: None (DeepLabv3+ from the fields above), or (module, function
+        name) of `f(config) -> keras.Model` to measure instead (e.g. a small
+        stack in a test), imported by name since the config crosses to a fresh
+        process as JSON. "memory_saving" then measures `tfseg.memory.rewrite`
+        of its model; the model must take [batch, height, width, 3] images and
+        return `num_classes` logits at that size.
     """
 
     variant: str = "stock"
@@ -68,10 +82,14 @@ class StepConfig:
     timed_steps: int = 2
     analyze: bool = False
     analyze_batches: tuple = ()
+    builder: tuple = None
 
     def __post_init__(self):
         if self.variant not in VARIANTS:
             raise ValueError(f"variant must be one of {VARIANTS}, got {self.variant!r}")
+        if self.builder is not None and self.variant == "recompute":
+            raise ValueError('a builder\'s model has no backbone blocks to recompute: '
+                             'measure "stock" or "memory_saving"')
 
     def blocks_used(self):
         """The backbone blocks this variant recomputes: () unless "recompute"."""
@@ -85,6 +103,14 @@ class StepConfig:
 
 
 def build_model(config):
+    """The model `config` measures: DeepLabv3+, or `config.builder`'s (rewritten
+    by `tfseg.memory.rewrite` unless the variant is "stock")."""
+    if config.builder is not None:
+        from tfseg.memory import rewrite
+
+        module, name = config.builder
+        model = getattr(importlib.import_module(module), name)(config)
+        return model if config.variant == "stock" else rewrite(model)
     from tfseg.models import deeplab_v3_plus
 
     return deeplab_v3_plus(
@@ -144,12 +170,11 @@ def measure_in_process(config):
     base = tf.config.experimental.get_memory_info(device)["current"]
     times, peaks, loss = [], [], None
     for _ in range(1 + config.timed_steps):
-        before = tf.config.experimental.get_memory_info(device)["current"]
         tf.config.experimental.reset_memory_stats(device)
         start = time.perf_counter()
         value = float(step(images, labels))
         times.append(time.perf_counter() - start)
-        peaks.append(int(tf.config.experimental.get_memory_info(device)["peak"] - before))
+        peaks.append(int(tf.config.experimental.get_memory_info(device)["peak"] - base))
         loss = value if loss is None else loss
     analysis, start = None, time.perf_counter()
     if config.analyze:
@@ -167,7 +192,8 @@ def measure_in_process(config):
         "device": device,
         "parameters": int(model.count_params()),
         "base_bytes": int(base),
-        "peak_over_base_bytes": max(peaks),
+        "peak_over_base_bytes": int(np.median(peaks)),
+        "peak_over_base_max_bytes": max(peaks),
         "peak_over_base_by_step": peaks,
         "step_seconds": float(np.median(times)),
         "warmup_seconds": warmup,
@@ -204,9 +230,34 @@ def measure(config, timeout=None):
     return result
 
 
+def measure_repeats(config, repeats=3, timeout=None):
+    """`measure` in `repeats` fresh processes, as one result (recipe step 6).
+
+    Only the first process runs `config.analyze`. Returns its dict, with
+    `peak_over_base_bytes`, `base_bytes` and `step_seconds` the medians over the
+    processes, `peak_over_base_max_bytes` the largest step peak of any, and
+    `peak_over_base_by_process` each process's own (median) peak.
+    """
+    import statistics
+
+    runs = [measure(config, timeout)]
+    runs += [measure(dataclasses.replace(config, analyze=False, analyze_batches=()), timeout)
+             for _ in range(repeats - 1)]
+    peaks = [r["peak_over_base_bytes"] for r in runs]
+    return {
+        **runs[0],
+        "repeats": repeats,
+        "peak_over_base_bytes": int(statistics.median(peaks)),
+        "peak_over_base_max_bytes": max(r["peak_over_base_max_bytes"] for r in runs),
+        "peak_over_base_by_process": peaks,
+        "base_bytes": int(statistics.median(r["base_bytes"] for r in runs)),
+        "step_seconds": statistics.median(r["step_seconds"] for r in runs),
+    }
+
+
 def main(argv):
     config = json.loads(argv[1])
-    for key in ("recompute_blocks", "analyze_batches"):
+    for key in ("recompute_blocks", "analyze_batches", "builder"):
         if config.get(key) is not None:
             config[key] = tuple(config[key])
     print(json.dumps(measure_in_process(StepConfig(**config))))

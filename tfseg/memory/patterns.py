@@ -168,8 +168,8 @@ def segment_nodes(graph, segment):
     return inside, start, end._inbound_nodes[0]
 
 
-def plan(model, fuse_separable=True, fuse_relu_conv=True, inplace_norm=True, lean_dilated=True,
-         recompute=None):
+def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
+         inplace_norm=True, lean_dilated=True, recompute=None):
     """Finds what `rewrite` would change, without building anything. See `rewrite`."""
     graph = Graph(model)
     result = Plan(recomputed=[segment.name for segment in recompute or ()])
@@ -203,12 +203,14 @@ def plan(model, fuse_separable=True, fuse_relu_conv=True, inplace_norm=True, lea
             continue
         if layer.data_format != "channels_last" or getattr(layer, "groups", 1) != 1:
             continue
-        relu, pad = _relu_chain(graph, node) if fuse_relu_conv else (None, None)
+        is_depthwise = type(layer) is keras.layers.DepthwiseConv2D
+        fuse = fuse_relu_depthwise if is_depthwise else fuse_relu_conv
+        relu, pad = _relu_chain(graph, node) if fuse else (None, None)
         if relu is not None:
             result.fused.append((relu.operation.name, layer.name))
             result.skipped.add(id(relu))
             extra = {}
-            if type(layer) is keras.layers.DepthwiseConv2D:
+            if is_depthwise:
                 cls = ReluDepthwiseConv2D
                 if pad is not None:
                     result.skipped.add(id(pad))
@@ -216,11 +218,7 @@ def plan(model, fuse_separable=True, fuse_relu_conv=True, inplace_norm=True, lea
             else:
                 cls = ReluConv2D
             result.replacements[layer.name] = (cls, extra)
-        elif (
-            lean_dilated
-            and type(layer) is keras.layers.DepthwiseConv2D
-            and tuple(layer.dilation_rate) != (1, 1)
-        ):
+        elif lean_dilated and is_depthwise and tuple(layer.dilation_rate) != (1, 1):
             result.lean.append(layer.name)
             result.replacements[layer.name] = (LeanDepthwiseConv2D, {})
     return result

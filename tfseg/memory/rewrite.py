@@ -10,8 +10,8 @@ from tfseg.memory.patterns import Graph, plan
 log = logging.getLogger("tfseg.memory")
 
 
-def rewrite(model, fuse_separable=True, fuse_relu_conv=True, inplace_norm=True, lean_dilated=True,
-            recompute=None):
+def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
+            inplace_norm=True, lean_dilated=True, recompute=None):
     """Returns a new functional model with the memory-saving twins and the same weights.
 
     Args:
@@ -21,10 +21,11 @@ def rewrite(model, fuse_separable=True, fuse_relu_conv=True, inplace_norm=True, 
         DeepLab's or MobileNetV2's) in `Recompute(block, tail=conv)`: it keeps
         only the chain's input, runs the cheap depthwise part again in the
         backward pass and never runs the conv twice. Its layers stay stock.
-      fuse_relu_conv: replace ReLU [-> ZeroPadding2D] -> DepthwiseConv2D (either
-        order) by `ReluDepthwiseConv2D`, and ReLU -> Conv2D by `ReluConv2D`, where
-        each output feeds only the next layer. ReLU6 and leaky ReLU are left alone
-        (their masks are not ReLU's).
+      fuse_relu_depthwise: replace ReLU [-> ZeroPadding2D] -> DepthwiseConv2D
+        (either order) by `ReluDepthwiseConv2D`, where each output feeds only the
+        next layer. ReLU6 and leaky ReLU are left alone (their masks are not
+        ReLU's).
+      fuse_relu_conv: the same for ReLU -> Conv2D, by `ReluConv2D`.
       inplace_norm: replace every stock `BatchNormalization` and
         `GroupNormalization` by its output-only twin.
       lean_dilated: replace the other dilated `DepthwiseConv2D`s by
@@ -36,7 +37,8 @@ def rewrite(model, fuse_separable=True, fuse_relu_conv=True, inplace_norm=True, 
     logged on the "tfseg.memory" logger; `plan()` returns it without building.
     """
     graph = Graph(model)
-    summary = plan(model, fuse_separable, fuse_relu_conv, inplace_norm, lean_dilated, recompute)
+    summary = plan(model, fuse_separable, fuse_relu_depthwise, fuse_relu_conv, inplace_norm,
+                   lean_dilated, recompute)
     inside_blocks = set().union(*(b[1] for b in summary.blocks.values()))
     new_layers = {}
     nested = [n.operation.name for n in graph.nodes if isinstance(n.operation, keras.Model)]

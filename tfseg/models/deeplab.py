@@ -80,6 +80,7 @@ def deeplab_v3_plus(
         model = memory.rewrite(
             model,
             fuse_separable=memory_saving,
+            fuse_relu_depthwise=memory_saving,
             fuse_relu_conv=memory_saving,
             inplace_norm=memory_saving,
             lean_dilated=memory_saving,

@@ -99,13 +99,15 @@ def recompute_segments(features, blocks, middle_repeats=None, specs=XCEPTION65):
     """`tfseg.memory.Segment`s for every unit of the named blocks (e.g. ("middle",)).
 
     `features` is the dict from `xception_features`. Each segment runs from the
-    previous unit's output to this unit's output.
+    previous unit's output to this unit's output. Only `RECOMPUTABLE` blocks
+    can be: others raise a ValueError naming them.
     """
     from tfseg.memory import Segment
 
-    unknown = set(blocks) - {spec.name for spec in specs}
-    if unknown:
-        raise ValueError(f"recompute: unknown blocks {sorted(unknown)}; known: {[s.name for s in specs]}")
+    bad = [block for block in blocks if block not in RECOMPUTABLE]
+    if bad:
+        raise ValueError(
+            f"recompute: cannot recompute {bad}; recomputable blocks: {list(RECOMPUTABLE)}")
     producer = lambda t: t._keras_history.operation.name  # noqa: E731
     previous, segments = features["stem"], []
     for spec in specs:

@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from tfseg.memory.measure import VARIANTS, StepConfig, measure
+from tfseg.memory.measure import VARIANTS, StepConfig, measure, measure_repeats
 from tfseg.report import planner, render
 
 # Fields of `StepConfig` that differ between the variants of one report.
@@ -16,7 +16,8 @@ class ReportConfig:
     Args:
       step: the configuration of one training step (its per-variant fields,
         `variant`, `recompute_blocks` and `analyze*`, are ignored).
-      variants: measured side by side, each in its own process.
+      variants: measured side by side, each in `repeats` fresh processes (the
+        median is reported, as the recipe in `tfseg.memory.measure` says).
       recompute_blocks: the backbone blocks the "recompute" variant recomputes
         (None: `tfseg.models.xception.DEFAULT_RECOMPUTE`).
       memory_budget_gb: plan the largest batch and square crop under this budget
@@ -31,6 +32,7 @@ class ReportConfig:
 
     step: StepConfig = StepConfig()
     variants: tuple = VARIANTS
+    repeats: int = 3
     recompute_blocks: tuple = None
     memory_budget_gb: float = None
     verify_plan: bool = True
@@ -61,6 +63,8 @@ def _entry(m):
     return {
         "recompute_blocks": list(m["recompute_blocks"]),
         "measured_peak_bytes": m["peak_over_base_bytes"],
+        "measured_peak_max_bytes": m["peak_over_base_max_bytes"],
+        "measured_peak_by_process_bytes": m["peak_over_base_by_process"],
         "measured_peak_by_step_bytes": m["peak_over_base_by_step"],
         "base_bytes": m["base_bytes"],
         "step_seconds": m["step_seconds"],
@@ -94,7 +98,7 @@ def run(config, log=print):
     measured = {}
     for name in config.variants:
         log(f"measuring {name} ...")
-        measured[name] = measure(_variant(config, name))
+        measured[name] = measure_repeats(_variant(config, name), config.repeats)
         report["variants"][name] = _entry(measured[name])
     stock = report["variants"].get("stock")
     for v in report["variants"].values():
@@ -118,36 +122,41 @@ def estimated_run_seconds(measured, size_ratio):
 
 class _Verifier:
     """Measured totals (base + peak) of one variant at other sizes, within a run
-    count and a per-run cost cap; runs it will not make are recorded as skipped."""
+    count and a per-run cost cap; runs it will not make are recorded as skipped,
+    in `skipped[kind][size]` ({"batch": {5: why}, "crop": {209: why}})."""
 
     def __init__(self, config, name, measured, log):
         self.config, self.name, self.measured, self.log = config, name, measured, log
         self.runs = 0
-        self.skipped = {}
+        self.skipped = {"batch": {}, "crop": {}}
 
-    def total(self, totals, key, size_ratio, **changes):
-        if key in totals:
-            return totals[key]
-        if key in self.skipped:
+    def total(self, totals, kind, size, size_ratio, **changes):
+        """The total at `size` (a batch or a crop, by `kind`), measured once into
+        `totals[size]`; None when the run is skipped."""
+        if size in totals:
+            return totals[size]
+        if size in self.skipped[kind]:
             return None
         seconds = estimated_run_seconds(self.measured, size_ratio)
         if self.runs >= self.config.max_verify_runs:
-            self.skipped[key] = {"reason": "run limit", "estimated_seconds": round(seconds, 1)}
+            self.skipped[kind][size] = {"reason": "run limit",
+                                        "estimated_seconds": round(seconds, 1)}
             return None
         if seconds > self.config.max_verify_seconds:
-            self.skipped[key] = {"reason": "too expensive", "estimated_seconds": round(seconds, 1)}
+            self.skipped[kind][size] = {"reason": "too expensive",
+                                        "estimated_seconds": round(seconds, 1)}
             return None
-        self.log(f"verifying {self.name} at {key} (about {seconds:.0f} s) ...")
+        self.log(f"verifying {self.name} at {kind} {size} (about {seconds:.0f} s) ...")
         # As many steps as the measured run: a size fits when every measured step does.
         step = dataclasses.replace(_variant(self.config, self.name), analyze=False,
                                    analyze_batches=(), **changes)
         self.runs += 1
         try:
             m = measure(step)
-            totals[key] = m["base_bytes"] + m["peak_over_base_bytes"]
+            totals[size] = m["base_bytes"] + m["peak_over_base_bytes"]
         except RuntimeError:  # out of memory on a device: does not fit
-            totals[key] = float("inf")
-        return totals[key]
+            totals[size] = float("inf")
+        return totals[size]
 
 
 def _verify_batch(verifier, f, budget):
@@ -156,7 +165,7 @@ def _verify_batch(verifier, f, budget):
     m, totals = verifier.measured, {}
 
     def total(batch):
-        return verifier.total(totals, f"batch {batch}", batch / m["batch"], batch=batch)
+        return verifier.total(totals, "batch", batch, batch / m["batch"], batch=batch)
 
     def under_budget(batch):
         return total(batch) is not None and total(batch) <= budget
@@ -167,10 +176,10 @@ def _verify_batch(verifier, f, budget):
     while batch >= 1 and total(batch) is not None and under_budget(batch + 1):
         batch += 1
     fits = batch == 0 or (total(batch) is not None and total(batch) <= budget)
-    one_more = total(batch + 1) if f"batch {batch + 1}" in totals else None
+    one_more = totals.get(batch + 1)
     return {
         "max_batch": batch if fits else None,
-        "total_bytes_by_batch": {int(k.split()[1]): v for k, v in totals.items()},
+        "total_bytes_by_batch": totals,
         "complete": fits and one_more is not None and one_more > budget,
         "prediction_held": batch == f.max_batch,
     }
@@ -183,15 +192,14 @@ def _verify_crop(verifier, f, budget, output_stride):
     crop = f.max_square_crop
     while crop >= output_stride:
         ratio = crop * crop / (m["height"] * m["width"] * m["batch"])
-        t = verifier.total(totals, f"crop {crop}", ratio, batch=1, height=crop, width=crop)
+        t = verifier.total(totals, "crop", crop, ratio, batch=1, height=crop, width=crop)
         if t is None or t <= budget:
             break
         crop -= output_stride
-    measured_ok = {int(k.split()[1]): v for k, v in totals.items()}
-    fitting = [c for c, v in measured_ok.items() if v <= budget]
+    fitting = [c for c, v in totals.items() if v <= budget]
     return {
         "max_square_crop": max(fitting) if fitting else None,
-        "total_bytes_by_crop": measured_ok,
+        "total_bytes_by_crop": totals,
         "prediction_held": f.max_square_crop in fitting,
     }
 

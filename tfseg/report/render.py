@@ -1,6 +1,7 @@
 """Report outputs: the stdout table, report.md, report.json and the part chart."""
 
 import json
+import math
 import os
 
 MIB = 2**20
@@ -13,18 +14,22 @@ def _mib(value):
 
 def table(report):
     rows = [
-        f"{'variant':<15}{'measured MiB':>13}{'x stock':>8}{'static est':>11}{'est/meas':>9}{'step s':>8}"
+        f"{'variant':<15}{'measured MiB':>13}{'max':>6}{'x stock':>8}{'static est':>11}{'est/meas':>9}{'step s':>8}"
         f"{'params':>8}{'grads':>7}{'slots':>7}{'activ.':>8}{'/sample':>9}"
     ]
     for name, v in report["variants"].items():
         a = v["accounted"]
         rows.append(
-            f"{name:<15}{v['measured_peak_bytes'] / MIB:>13.0f}{v['ratio_to_stock'] or float('nan'):>8.2f}"
+            f"{name:<15}{v['measured_peak_bytes'] / MIB:>13.0f}{v['measured_peak_max_bytes'] / MIB:>6.0f}"
+            f"{v['ratio_to_stock'] or float('nan'):>8.2f}"
             f"{v['static_estimate_bytes'] / MIB:>11.0f}{v['estimate_ratio']:>9.2f}{v['step_seconds']:>8.2f}"
             f"{a['parameter_bytes'] / MIB:>8.0f}{a['gradient_bytes'] / MIB:>7.0f}"
             f"{a['optimizer_slot_bytes'] / MIB:>7.0f}{a['activation_bytes'] / MIB:>8.0f}"
             f"{a['per_sample_activation_bytes'] / MIB:>9.0f}"
         )
+    repeats = {len(v["measured_peak_by_process_bytes"]) for v in report["variants"].values()}
+    rows.append(f"(measured: the median over {'/'.join(map(str, sorted(repeats)))} fresh processes "
+                f"of each one's median step peak over its base; max: the largest step peak seen)")
     blocks = {n: v["recompute_blocks"] for n, v in report["variants"].items() if v["recompute_blocks"]}
     for name, b in blocks.items():
         rows.append(f"({name} recomputes: {', '.join(b)})")
@@ -56,9 +61,10 @@ def table(report):
             if crop is not None:
                 sizes = ", ".join(f"{c}={_mib(t)}" for c, t in sorted(crop["total_bytes_by_crop"].items()))
                 rows.append(f"  {'':<15} measured: max crop {crop['max_square_crop']} ({sizes} MiB)")
-            for key, why in (p.get("skipped") or {}).items():
-                rows.append(f"  {'':<15} not verified at {key}: {why['reason']} "
-                            f"(~{why['estimated_seconds']:.0f} s)")
+            for kind, sizes in (p.get("skipped") or {}).items():
+                for size, why in sorted(sizes.items()):
+                    rows.append(f"  {'':<15} not verified at {kind} {size}: {why['reason']} "
+                                f"(~{why['estimated_seconds']:.0f} s)")
     return "\n".join(rows)
 
 
@@ -94,10 +100,20 @@ def chart(report, path):
     plt.close(fig)
 
 
+def _strict(value):
+    """`value` with every infinite float (a verification run that failed: it did not
+    fit) as null, so that report.json is strict JSON."""
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return None if isinstance(value, float) and math.isinf(value) else value
+
+
 def write(report, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "report.json"), "w") as f:
-        json.dump(report, f, indent=2)
+        json.dump(_strict(report), f, indent=2, allow_nan=False)
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write(markdown(report))
     chart(report, os.path.join(out_dir, "parts.png"))

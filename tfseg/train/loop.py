@@ -24,6 +24,8 @@ def memory_peak():
 
     The CPU allocator keeps no statistics unless oneDNN is on: ``get_memory_info``
     then raises or reports 0, which the progress bar used to show as a peak of 0.
+    The resident size's high-water mark starts at the parent process's (Linux keeps
+    it across fork and exec), so under a large parent it shows that until exceeded.
     """
     device = "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
     try:
