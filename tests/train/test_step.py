@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfseg.train import builders, loop
+from tfseg.train import builders
 from tfseg.train.config import RunConfig
 from tfseg.train.step import PixelLoss, make_train_step
 
