@@ -100,7 +100,7 @@ def test_nan_loss_stops_without_saving_the_bad_state(tmp_path, data_dir):
                     "--learning_rate=1e30", check=False)
     assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
     message = proc.stderr.strip().splitlines()[-1]
-    assert re.search(r"loss is (nan|inf|-inf) at step (\d+)", message), message
+    assert re.search(r"\(loss (nan|inf|-inf)\) at step (\d+)", message), message
     bad_step = int(re.search(r"at step (\d+)", message).group(1))
     # Every step before the bad one was saved; the bad one was not.
     if bad_step == 1:

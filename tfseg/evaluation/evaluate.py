@@ -11,7 +11,7 @@ from tfseg import data as data_lib
 from tfseg.evaluation.inference import InferenceConfig, Predictor
 from tfseg.evaluation.loading import load_model
 from tfseg.evaluation.metrics import SegmentationMetrics
-from tfseg.train import builders, tensorboard
+from tfseg.train import builders
 
 EVAL_JSON = "eval.json"
 CONFUSION_CSV = "confusion.csv"
@@ -49,8 +49,8 @@ def run_metrics(predictor, dataset, class_names):
 
 def write_scalars(writer, result, step):
     with writer.as_default():
-        tensorboard.scalar("miou", result["miou"], step)
-        tensorboard.scalar("pixel_accuracy", result["pixel_accuracy"], step)
+        tf.summary.scalar("miou", result["miou"], step)
+        tf.summary.scalar("pixel_accuracy", result["pixel_accuracy"], step)
     writer.flush()
 
 

@@ -36,6 +36,7 @@ import gc
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -202,6 +203,15 @@ def measure_in_process(config):
     }
 
 
+# The exit code of a measuring process that ran out of device memory.
+OUT_OF_MEMORY_EXIT = 75
+
+
+class OutOfMemory(RuntimeError):
+    """The measured step did not fit: the allocator refused it (ResourceExhausted),
+    or the system killed the process (SIGKILL, the OOM killer's signal)."""
+
+
 def measure(config, timeout=None):
     """Measures `config` in a fresh Python process and returns its dict.
 
@@ -224,7 +234,10 @@ def measure(config, timeout=None):
     )
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]
-        raise RuntimeError(f"measuring {config.variant} failed (exit {proc.returncode}): {tail[0]}")
+        message = f"measuring {config.variant} failed (exit {proc.returncode}): {tail[0]}"
+        if proc.returncode in (OUT_OF_MEMORY_EXIT, -signal.SIGKILL):
+            raise OutOfMemory(message)
+        raise RuntimeError(message)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     result["wall_seconds"] = time.perf_counter() - start
     return result
@@ -256,11 +269,18 @@ def measure_repeats(config, repeats=3, timeout=None):
 
 
 def main(argv):
+    import tensorflow as tf
+
     config = json.loads(argv[1])
     for key in ("recompute_blocks", "analyze_batches", "builder"):
         if config.get(key) is not None:
             config[key] = tuple(config[key])
-    print(json.dumps(measure_in_process(StepConfig(**config))))
+    try:
+        result = measure_in_process(StepConfig(**config))
+    except tf.errors.ResourceExhaustedError as e:
+        print(f"out of memory: {e.message.splitlines()[0]}", file=sys.stderr)
+        sys.exit(OUT_OF_MEMORY_EXIT)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

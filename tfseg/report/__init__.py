@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from tfseg.memory.measure import VARIANTS, StepConfig, measure, measure_repeats
+from tfseg.memory.measure import VARIANTS, OutOfMemory, StepConfig, measure, measure_repeats
 from tfseg.report import planner, render
 
 # Fields of `StepConfig` that differ between the variants of one report.
@@ -100,6 +100,7 @@ def run(config, log=print):
         log(f"measuring {name} ...")
         measured[name] = measure_repeats(_variant(config, name), config.repeats)
         report["variants"][name] = _entry(measured[name])
+        report["device"] = measured[name]["device"]
     stock = report["variants"].get("stock")
     for v in report["variants"].values():
         v["ratio_to_stock"] = (v["measured_peak_bytes"] / stock["measured_peak_bytes"]
@@ -147,14 +148,16 @@ class _Verifier:
                                         "estimated_seconds": round(seconds, 1)}
             return None
         self.log(f"verifying {self.name} at {kind} {size} (about {seconds:.0f} s) ...")
-        # As many steps as the measured run: a size fits when every measured step does.
+        # As many steps as the measured run; the total is from the median step, as
+        # the measured peak is. Only running out of memory means "does not fit":
+        # any other failure is an error and is raised.
         step = dataclasses.replace(_variant(self.config, self.name), analyze=False,
                                    analyze_batches=(), **changes)
         self.runs += 1
         try:
             m = measure(step)
             totals[size] = m["base_bytes"] + m["peak_over_base_bytes"]
-        except RuntimeError:  # out of memory on a device: does not fit
+        except OutOfMemory:
             totals[size] = float("inf")
         return totals[size]
 

@@ -5,6 +5,12 @@ import math
 import os
 
 MIB = 2**20
+# XLA drops control dependencies (see `_gated` in tfseg/layers/inplace_norm.py), and those are
+# what keep each recompute in the backward pass; the static model replays TF's executor.
+XLA_CAVEAT = ("(jit_compile: XLA ignores the control dependencies that hold each recompute "
+              "back until its gradient arrives, so the memory-saving rows measure what XLA's "
+              "own scheduler keeps; the static estimate and the breakdown describe the non-XLA "
+              "graph)")
 PARTS = ("entry_flow", "middle_flow", "exit_flow", "aspp", "decoder", "loss_and_other")
 
 
@@ -30,6 +36,9 @@ def table(report):
     repeats = {len(v["measured_peak_by_process_bytes"]) for v in report["variants"].values()}
     rows.append(f"(measured: the median over {'/'.join(map(str, sorted(repeats)))} fresh processes "
                 f"of each one's median step peak over its base; max: the largest step peak seen)")
+    rows.append(f"(device: {report['device']})")
+    if report["config"]["jit_compile"]:
+        rows.append(XLA_CAVEAT)
     blocks = {n: v["recompute_blocks"] for n, v in report["variants"].items() if v["recompute_blocks"]}
     for name, b in blocks.items():
         rows.append(f"({name} recomputes: {', '.join(b)})")
@@ -71,8 +80,9 @@ def table(report):
 def markdown(report):
     lines = ["# tfseg memory report", "", f"Configuration: `{json.dumps(report['config'])}`", "",
              "```", table(report), "```", "",
-             "Measured: the largest peak over the post-warm-up base of the measured training "
-             "steps, from the allocator, each variant in a fresh process "
+             "Measured: the peak over the post-warm-up base of a training step, from the "
+             "allocator: the median over fresh processes of each one's median step "
+             "(max: the largest step seen), each variant in its own processes "
              "(tfseg/memory/measure.py). Static: the traced step replayed on a model of TF's "
              "executor and allocator; kept: the forward tensors the backward pass reads, by the "
              "part whose layer made them (tfseg/memory/analysis.py).", "", "![parts](parts.png)", ""]

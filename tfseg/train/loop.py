@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from tfseg import data as data_lib
 from tfseg.errors import InputError, NonFiniteLoss
-from tfseg.train import builders, checkpoints, summaries, tensorboard
+from tfseg.train import builders, checkpoints, summaries
 from tfseg.train.signals import StopRequest
 from tfseg.train.step import PixelLoss, make_train_step
 
@@ -75,6 +75,10 @@ def train(config, log=print):
       NonFiniteLoss: the loss was NaN/Inf (nothing is saved after the last good step).
     """
     strategy = builders.strategy(config)
+    if config.batch_size < strategy.num_replicas_in_sync:
+        # A replica with an empty batch has no batch statistics: its norm gives NaN.
+        raise InputError(f"--batch_size: {config.batch_size} is less than the "
+                         f"{strategy.num_replicas_in_sync} replicas; give each at least one image")
     builders.set_dtype_policy(config)
     source, model, optimizer, step, ckpts, norm = build(config, strategy)
     restored = ckpts.restore()
@@ -111,8 +115,10 @@ def train(config, log=print):
             loss, finite, predictions = train_step(batch)
             current, loss = int(step.numpy()), float(loss)
             if not bool(finite):
+                # Without loss scaling the gradients are checked too: the loss may be finite.
                 raise NonFiniteLoss(
-                    f"loss is {loss} at step {current + 1}: stopped without saving; the last good "
+                    f"non-finite loss or gradients (loss {loss}) at step {current + 1}: stopped "
+                    f"without saving; the last good "
                     f"checkpoint is {ckpts.latest or '(none)'}. Lower --learning_rate or add "
                     f"--warmup_steps.")
             # False when the loss-scale optimizer skipped the update: nothing to log or save.
@@ -127,13 +133,13 @@ def train(config, log=print):
                 progbar.update(current - start, [
                     ("loss", loss), ("lr", float(f"{lr:.3g}")),
                     ("img/s", round(images_per_s, 1)), (peak_label, round(peak))])
-                tensorboard.scalar("loss", loss, step=current)
-                tensorboard.scalar("learning_rate", lr, step=current)
-                tensorboard.scalar("images_per_second", images_per_s, step=current)
+                tf.summary.scalar("loss", loss, step=current)
+                tf.summary.scalar("learning_rate", lr, step=current)
+                tf.summary.scalar("images_per_second", images_per_s, step=current)
                 if data_stats is not None:
                     # Counted as the pipeline reads ahead, so a little ahead of `current`.
                     for name, count in data_stats.as_dict().items():
-                        tensorboard.scalar(f"data/{name}", count, step=current)
+                        tf.summary.scalar(f"data/{name}", count, step=current)
                 if current % (config.log_every * 4) == 0:
                     images, labels = (strategy.experimental_local_results(t)[0] for t in batch)
                     summaries.write_samples(images, labels, predictions, source.palette, current,

@@ -4,7 +4,6 @@ import numpy as np
 import tensorflow as tf
 
 from tfseg.data import IGNORE_LABEL
-from tfseg.train import tensorboard
 
 IGNORE_COLOUR = (0, 0, 0)
 
@@ -28,4 +27,4 @@ def write_samples(images, labels, predictions, palette, step, count=2, name="sam
         return
     strip = tf.concat([to_uint8(images[:count]), colourise(labels[:count], palette),
                        colourise(predictions[:count], palette)], axis=2)
-    tensorboard.image(name, strip, step, max_outputs=count)
+    tf.summary.image(name, strip, step=step, max_outputs=count)
