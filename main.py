@@ -53,6 +53,25 @@ def run_export(config):
     export.export(config)
 
 
+def run_convert(config):
+    """Writes the train and eval splits as sharded TFRecords (labels already train
+    ids); train from them with --dataset=tfrecord --data_dir=THAT_DIR."""
+    from tfseg import data
+    from tfseg.train import builders
+
+    out_dir = config.tfrecord_dir or os.path.join(config.data_dir, "tfrecords")
+    for training in (True, False):
+        source = builders.source(config, training)
+        split = config.train_split if training else config.eval_split
+        shards = data.write_tfrecords(source, out_dir, split, config.tfrecord_shards,
+                                      config.tfrecord_raw, config.skip_bad_examples)
+        # Counted here, once: training from the shards sees train ids only.
+        counts = data.tfrecords.read_metadata(out_dir, split)["conversion_stats"]
+        print(f"{split}: {len(source.pairs)} pairs -> {len(shards)} shards in {out_dir} "
+              f"({counts['bad_examples']} bad pairs skipped, {counts['unknown_label_pixels']} "
+              f"unknown label pixels mapped to 255)")
+
+
 def run_report(config):
     """Stock vs memory-saving vs recompute, measured side by side for the training
     step these flags describe (crop size, batch, model, dtype)."""
@@ -100,6 +119,7 @@ MODES = {
     "predict": run_predict,
     "export": run_export,
     "report": run_report,
+    "convert": run_convert,
     "validate": run_validate,
 }
 
@@ -169,6 +189,11 @@ flags.DEFINE_float("report_verify_seconds", d.report_verify_seconds,
                    "nothing, only predict).")
 flags.DEFINE_string("report_dir", d.report_dir,
                     "report: output folder (default: MODEL_DIR/report).")
+flags.DEFINE_string("tfrecord_dir", d.tfrecord_dir,
+                    "convert: output folder (default: DATA_DIR/tfrecords).")
+flags.DEFINE_integer("tfrecord_shards", d.tfrecord_shards, "convert: shards per split.")
+flags.DEFINE_bool("tfrecord_raw", d.tfrecord_raw, "convert: store decoded pixels (about 10x "
+                  "larger, no decode when training) instead of the encoded files.")
 FLAGS = flags.FLAGS
 
 
@@ -234,6 +259,7 @@ def main(argv):
     except NonFiniteLoss as error:
         print(f"main.py: error: {error}", file=sys.stderr)
         return 3
+
 
 if __name__ == "__main__":
     app.run(main, flags_parser=parse_flags)

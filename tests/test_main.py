@@ -69,6 +69,8 @@ BAD = {
     "scale_range_reversed": (("--scale_range=2,0.5", "--mode=validate"), "--scale_range"),
     "data_service_not_grpc": (("--data_service=localhost:5050",), "--data_service"),
     "negative_eval_every": (("--eval_every=-1",), "--eval_every"),
+    "convert_tfrecords": (("--mode=convert", "--dataset=tfrecord"), "--dataset"),
+    "zero_shards": (("--mode=convert", "--tfrecord_shards=0"), "--tfrecord_shards"),
 }
 
 

@@ -59,6 +59,13 @@ def test_bad_class_dict_is_named(tmp_path):
         camvid.read_class_dict(str(tmp_path / "class_dict.csv"))
 
 
+def test_empty_split_is_named(tmp_path):
+    (tmp_path / "val").mkdir()
+    (tmp_path / "val_labels").mkdir()
+    with pytest.raises(InputError, match=str(tmp_path / "val")):
+        camvid.files(str(tmp_path), "val")
+
+
 def test_missing_label_folder_is_named(tmp_path):
     save(tmp_path / "val" / "a.png", np.zeros((4, 4, 3), np.uint8))
     with pytest.raises(FileNotFoundError, match="val_labels"):

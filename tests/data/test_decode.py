@@ -73,8 +73,9 @@ def test_unusual_images_are_accepted_and_converted(tmp_path, kind):
 
 @pytest.mark.parametrize("label", [
     np.zeros((12, 16, 3), np.uint8),        # RGB "labelIds"
+    np.zeros((12, 16, 4), np.uint8),        # RGBA
     np.full((12, 16), 7, np.uint16),        # 16-bit
-])
+], ids=["rgb", "rgba", "16bit"])
 def test_labels_of_the_wrong_kind_are_rejected_by_name(tmp_path, label):
     pairs = cityscapes_tree(tmp_path, n=1)
     save(pairs[0][1], label)
@@ -82,10 +83,13 @@ def test_labels_of_the_wrong_kind_are_rejected_by_name(tmp_path, label):
         _examples(tmp_path)
 
 
-def test_corrupt_label_is_named(tmp_path):
+@pytest.mark.parametrize("kind", ["truncated", "random_bytes", "empty"])
+def test_corrupt_label_is_named(tmp_path, kind):
     pairs = cityscapes_tree(tmp_path, n=1)
     good = open(pairs[0][1], "rb").read()
-    open(pairs[0][1], "wb").write(good[:60])
+    broken = {"truncated": good[:60], "empty": b"",
+              "random_bytes": np.random.default_rng(0).integers(0, 256, 300, np.uint8).tobytes()}
+    open(pairs[0][1], "wb").write(broken[kind])
     with pytest.raises(tf.errors.InvalidArgumentError, match=pairs[0][1]):
         _examples(tmp_path)
 

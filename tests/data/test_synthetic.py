@@ -60,3 +60,34 @@ def test_every_class_is_separable_by_colour_alone(synthetic_root):
            for c in classes]
     assert np.mean(iou) > 0.9, dict(zip(classes, np.round(iou, 3)))
     assert min(iou) > 0.7, dict(zip(classes, np.round(iou, 3)))
+
+
+def test_processes_writing_at_once_make_one_complete_set(tmp_path, synthetic_root):
+    """The workers of a multi-worker run all write the default set on first use."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "data" / "synthetic"
+    code = ("import sys; from tfseg.data import write_synthetic_cityscapes as w; "
+            "w(sys.argv[1], 6, 3, 48, 80, seed=3)")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(root)], stderr=subprocess.PIPE,
+                              text=True) for _ in range(3)]
+    for proc in procs:
+        assert proc.wait(timeout=120) == 0, proc.stderr.read()
+    for split in ("train", "val"):
+        for (a, b), (c, d) in zip(cityscapes.files(synthetic_root, split),
+                                  cityscapes.files(str(root), split), strict=True):
+            assert filecmp.cmp(a, c, shallow=False) and filecmp.cmp(b, d, shallow=False)
+    assert sorted(os.listdir(tmp_path / "data")) == ["synthetic"]  # no staging folder left
+
+
+def test_a_partial_set_is_rewritten_and_other_files_kept(tmp_path, synthetic_root):
+    root = tmp_path / "synthetic"
+    (root / "leftImg8bit" / "train" / "synth0").mkdir(parents=True)
+    (root / "leftImg8bit" / "train" / "synth0" / "stray_leftImg8bit.png").write_bytes(b"half")
+    (root / "tfrecords").mkdir()
+    (root / "tfrecords" / "train.json").write_text("{}")
+    write_synthetic_cityscapes(str(root), 6, 3, 48, 80, seed=3)
+    assert len(cityscapes.files(str(root), "train")) == 6
+    assert not (root / "leftImg8bit" / "train" / "synth0" / "stray_leftImg8bit.png").exists()
+    assert (root / "tfrecords" / "train.json").read_text() == "{}"

@@ -1,5 +1,8 @@
+import shutil
+
 import numpy as np
 import pytest
+from PIL import Image
 
 from tfseg.data import DataStats, pairs_dataset, pairs_to_examples, voc
 from tfseg.errors import InputError
@@ -22,6 +25,31 @@ def test_palette_labels_decode_to_class_indices(tmp_path):
         assert image.shape == want.shape + (3,)
         np.testing.assert_array_equal(label.numpy(), want)
     assert stats.as_dict()["unknown_label_pixels"] == 0
+
+
+def test_palette_indices_outside_the_classes_become_255_and_are_counted(tmp_path):
+    expected = voc_tree(tmp_path, sizes=((10, 14),))
+    path = tmp_path / "SegmentationClass" / "2007_000000.png"
+    label = expected[0].copy()
+    label[1:3, :5] = 22  # not a VOC class, not the 255 border
+    im = Image.fromarray(label, "P")
+    im.putpalette(voc.color_map(256).reshape(-1).tolist())
+    im.save(path)
+    source = voc.source(str(tmp_path), "train")
+    stats = DataStats()
+    (_, got), = [(i, l.numpy()) for i, l in pairs_to_examples(
+        pairs_dataset(source.pairs), source, stats=stats, deterministic=True)]
+    want = np.where(label == 22, 255, label)
+    np.testing.assert_array_equal(got, want)
+    assert stats.as_dict()["unknown_label_pixels"] == 10
+    assert stats.as_dict()["unknown_label_examples"] == 1
+
+
+def test_missing_image_folder_is_named(tmp_path):
+    voc_tree(tmp_path)
+    shutil.rmtree(tmp_path / "JPEGImages")
+    with pytest.raises(FileNotFoundError, match="JPEGImages"):
+        voc.files(str(tmp_path), "train")
 
 
 def test_missing_list_and_empty_list_are_named(tmp_path):

@@ -27,7 +27,8 @@ def train(strategy, norm, images, labels, steps=2):
     # The memory-saving model with a recomputed block: its custom gradients are
     # what tf.distribute has not seen before (the stock layers are Keras' own).
     config = RunConfig(width_multiplier=0.125, middle_repeats=1, dropout=0.0, norm=norm,
-                       memory_saving=True, recompute=("middle",), crop_size=(33, 33), learning_rate=0.05, warmup_steps=0, train_steps=10,
+                       memory_saving=True, recompute=("middle",), crop_size=(33, 33),
+                       learning_rate=0.05, warmup_steps=0, train_steps=10,
                        class_weights=(1.0,) * 18 + (3.0,))
     keras.utils.set_random_seed(0)
     with strategy.scope():

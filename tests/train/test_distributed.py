@@ -12,13 +12,14 @@ from tests.train.conftest import ROOT, main_env
 
 
 @pytest.mark.slow
-def test_two_mirrored_replicas_update_like_one_device():
+@pytest.mark.parametrize("norm", ["group", "sync_batch"])
+def test_two_mirrored_replicas_update_like_one_device(norm):
     """Same global batch (with unevenly split ignore pixels and class weights), 2 steps, float64.
 
-    Group norm only: tracing the sync-batch-norm model for 2 replicas takes ~40 s on
-    2 cores (it matches too: `python -m tests.train.replicas sync_batch`, diff ~5e-15).
+    "sync_batch" is what the default --norm=batch becomes over several replicas; tracing
+    it for 2 replicas takes ~40 s on 2 cores.
     """
-    proc = subprocess.run([sys.executable, "-m", "tests.train.replicas", "group"],
+    proc = subprocess.run([sys.executable, "-m", "tests.train.replicas", norm],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, env=main_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     for norm, result in json.loads(proc.stdout.strip().splitlines()[-1]).items():

@@ -84,14 +84,15 @@ def colour_label_decoder(colours, ignored):
     Colours become 24-bit keys looked up with ``searchsorted`` in a sorted key
     table: pure TF and no hash-table resource for the data service to carry.
     """
-    keys = np.concatenate([colours, ignored]).astype(np.int64) @ np.array([65536, 256, 1])
+    # 24-bit keys fit int32, half the per-pixel bytes of int64 at full resolution.
+    keys = np.concatenate([colours, ignored]).astype(np.int32) @ np.array([65536, 256, 1], np.int32)
     values = np.concatenate([np.arange(len(colours)), np.full(len(ignored), IGNORE_LABEL)])
     order = np.argsort(keys)
     sorted_keys = tf.constant(keys[order])
     sorted_values = tf.constant(values[order].astype(np.int32))
 
     def decode_label(contents):
-        rgb = tf.cast(tf.io.decode_png(contents, channels=3), tf.int64)
+        rgb = tf.cast(tf.io.decode_png(contents, channels=3), tf.int32)
         key = rgb[..., 0] * 65536 + rgb[..., 1] * 256 + rgb[..., 2]
         flat = tf.reshape(key, [-1])
         index = tf.minimum(tf.searchsorted(sorted_keys, flat), len(keys) - 1)

@@ -39,8 +39,9 @@ def header(contents):
       ``height``, ``width``, ``bit_depth``, ``colour_type`` (int32; meaningless
       when ``is_png`` is False).
     """
-    # Pad so that short or empty files still give 33 bytes to look at.
-    padded = tf.strings.join([contents, b"\0" * _HEAD_LEN])
+    # Pad so that short or empty files still give 33 bytes to look at; only the
+    # head is copied, not the whole file (this runs for every label read).
+    padded = tf.strings.join([tf.strings.substr(contents, 0, _HEAD_LEN), b"\0" * _HEAD_LEN])
     head = tf.io.decode_raw(tf.strings.substr(padded, 0, _HEAD_LEN), tf.uint8)
     head = tf.cast(tf.reshape(head, [_HEAD_LEN]), tf.int64)
     signature = tf.constant(list(PNG_SIGNATURE) + list(b"IHDR"), tf.int64)

@@ -10,6 +10,7 @@ reading it back exercises the official id -> train id mapping.
 import json
 import os
 import shutil
+import tempfile
 
 import numpy as np
 from PIL import Image, ImageDraw
@@ -118,11 +119,43 @@ def write_synthetic_cityscapes(root, num_train=40, num_val=10, height=128, width
         raise InputError(f"tfseg: {root} holds a synthetic set made with {existing}, not {params}")
     if min(height, width) < 32:
         raise InputError(f"tfseg: synthetic images must be at least 32x32, got {height}x{width}")
-    for split_index, (split, count) in enumerate((("train", num_train), ("val", num_val))):
+    # Written to a staging folder and renamed into place, so that processes starting
+    # together (the workers of a multi-worker run) never read or write a half set.
+    parent = os.path.dirname(os.path.abspath(root))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".synthetic-", dir=parent)
+    os.chmod(staging, 0o755)  # mkdtemp's 0700 would become root's mode
+    try:
+        _write(staging, params)
+        _move_into_place(staging, root)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return root
+
+
+def _move_into_place(staging, root):
+    try:
+        os.rename(staging, root)  # atomic where root is new or empty
+        return
+    except OSError:
+        pass
+    marker = os.path.join(root, MARKER)
+    if os.path.isfile(marker):  # another process finished first
+        return
+    # A partial set of an interrupted run: replace its folders, the marker last.
+    for top in ("leftImg8bit", "gtFine"):
+        shutil.rmtree(os.path.join(root, top), ignore_errors=True)
+        os.rename(os.path.join(staging, top), os.path.join(root, top))
+    os.rename(os.path.join(staging, MARKER), marker)
+
+
+def _write(root, params):
+    seed, height, width = params["seed"], params["height"], params["width"]
+    for split_index, (split, count) in enumerate((("train", params["num_train"]),
+                                                  ("val", params["num_val"]))):
         cities = _CITIES[split]
         for city in cities:
             for top in ("leftImg8bit", "gtFine"):
-                shutil.rmtree(os.path.join(root, top, split, city), ignore_errors=True)
                 os.makedirs(os.path.join(root, top, split, city))
         for i in range(count):
             rng = np.random.default_rng([seed, split_index, i])
@@ -133,6 +166,5 @@ def write_synthetic_cityscapes(root, num_train=40, num_val=10, height=128, width
                 os.path.join(root, "leftImg8bit", split, city, stem + "_leftImg8bit.png"))
             Image.fromarray(ids, "L").save(
                 os.path.join(root, "gtFine", split, city, stem + "_gtFine_labelIds.png"))
-    with open(marker, "w") as f:
+    with open(os.path.join(root, MARKER), "w") as f:
         json.dump(params, f)
-    return root

@@ -31,7 +31,9 @@ def export(config, log=print):
     """Writes ``EXPORT_DIR/saved_model`` and ``EXPORT_DIR/model.keras``; returns EXPORT_DIR.
 
     The stock Keras model is exported whatever ``--memory_saving`` says: it
-    holds the same weights and needs no tfseg layers to load.
+    holds the same weights and none of the memory-saving twins. The SavedModel
+    needs nothing but TensorFlow; ``model.keras`` needs ``import tfseg`` before
+    ``keras.models.load_model`` (for ``tfseg.layers.ResizeLike``).
     """
     model, _, path, _ = load_model(config, stock=True, log=log)
     export_dir = config.export_dir or os.path.join(config.model_dir, "export")

@@ -51,7 +51,12 @@ def _gated(tensor, gradient):
     # Without the dependency on the incoming gradient, TF schedules the
     # reconstruction during the forward pass and keeps its result alive.
     with tf.control_dependencies([gradient]):
-        return tf.identity(tensor)
+        gated = tf.identity(tensor)
+    # XLA drops control dependencies, so the gradient is a data input too:
+    # 0 * one of its elements (XLA does not fold x * 0 for floats: NaN * 0).
+    flat = tf.reshape(gradient, [-1])
+    zero = tf.reduce_sum(flat[: tf.minimum(tf.size(flat), 1)]) * 0
+    return gated + tf.cast(zero, gated.dtype)
 
 
 def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_epsilon=GAMMA_EPSILON):

@@ -16,9 +16,9 @@ class Recompute(keras.layers.Layer):
     The second run happens inside a `keras.StatelessScope`, so its variable
     assignments (the batch-norm moving statistics) are dropped: they update once
     per step, exactly as without recompute. Blocks must be deterministic in
-    training (no dropout). The recompute is gated on the incoming gradient, so TF
-    cannot schedule it into the forward pass. XLA ignores control dependencies,
-    so under `jit_compile=True` the saving depends on XLA's own scheduling.
+    training (no dropout). The recompute is gated on the incoming gradient, by a
+    control dependency and a data dependency (XLA ignores control dependencies),
+    so neither TF nor XLA can schedule it into the forward pass.
     Shapes: those of `block`, or of `tail` applied to it.
 
     `tail`: an optional linear `keras.layers.Conv2D` (dilation 1, no activation)

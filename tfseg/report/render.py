@@ -5,12 +5,11 @@ import math
 import os
 
 MIB = 2**20
-# XLA drops control dependencies (see `_gated` in tfseg/layers/inplace_norm.py), and those are
-# what keep each recompute in the backward pass; the static model replays TF's executor.
-XLA_CAVEAT = ("(jit_compile: XLA ignores the control dependencies that hold each recompute "
-              "back until its gradient arrives, so the memory-saving rows measure what XLA's "
-              "own scheduler keeps; the static estimate and the breakdown describe the non-XLA "
-              "graph)")
+# The static model replays TF's executor and allocator, not XLA's scheduler and buffer
+# assignment (the twins hold their recompute back under XLA too: `_gated` in
+# tfseg/layers/inplace_norm.py).
+XLA_CAVEAT = ("(jit_compile: the measured rows are XLA's; the static estimate and the "
+              "breakdown model TF's executor running the same step without XLA)")
 PARTS = ("entry_flow", "middle_flow", "exit_flow", "aspp", "decoder", "loss_and_other")
 
 

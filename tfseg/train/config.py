@@ -115,6 +115,10 @@ class RunConfig:
     memory_budget_gb: float = 0.0
     report_verify_seconds: float = 300.0
     report_dir: str = ""
+    # convert: where the train and eval splits' shards go (default DATA_DIR/tfrecords)
+    tfrecord_dir: str = ""
+    tfrecord_shards: int = 16
+    tfrecord_raw: bool = False
 
     def __post_init__(self):
         def check(ok, flag, message):
@@ -171,6 +175,10 @@ class RunConfig:
         check(self.middle_repeats >= 1, "middle_repeats", "must be >= 1")
         check(self.memory_budget_gb >= 0, "memory_budget_gb", "must be >= 0")
         check(self.report_verify_seconds >= 0, "report_verify_seconds", "must be >= 0")
+        check(self.tfrecord_shards >= 1, "tfrecord_shards", "must be >= 1")
+        check(self.mode != "convert" or self.dataset != "tfrecord", "dataset",
+              "convert reads an image data set (cityscapes, voc, camvid or synthetic), "
+              "not tfrecord")
 
     def to_json(self):
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
