@@ -8,7 +8,7 @@ import os
 import keras
 import pytest
 
-from tfseg.memory.measure import StepConfig, measure
+from tfseg.memory.measure import OutOfMemory, StepConfig, measure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WIDTH, UNITS = 64, 4
@@ -70,6 +70,26 @@ def test_the_saving_survives_xla(monkeypatch):
     # Measured: stock 256 MiB, rewritten 128 MiB.
     ratio = saving["peak_over_base_bytes"] / stock["peak_over_base_bytes"]
     assert ratio < 0.7, (ratio, stock["peak_over_base_bytes"], saving["peak_over_base_bytes"])
+
+
+def runs_out_of_memory(config):
+    import tensorflow as tf
+
+    raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+
+
+def is_broken(config):
+    raise ValueError("not a model")
+
+
+def test_only_running_out_of_memory_reads_as_not_fitting(monkeypatch):
+    """The planner counts OutOfMemory as "does not fit"; any other failure is an error."""
+    monkeypatch.chdir(ROOT)
+    with pytest.raises(OutOfMemory, match="OOM when allocating"):
+        measure(dataclasses.replace(SMALL, builder=(__name__, "runs_out_of_memory")))
+    with pytest.raises(RuntimeError, match="not a model") as error:
+        measure(dataclasses.replace(SMALL, builder=(__name__, "is_broken")))
+    assert not isinstance(error.value, OutOfMemory)
 
 
 def test_unknown_variant_is_rejected():

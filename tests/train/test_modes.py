@@ -156,8 +156,10 @@ def test_convert_writes_shards_that_train_reads(tmp_path, data_dir):
     assert "train: 6 pairs -> 3 shards" in proc.stdout and "val: 2 pairs -> 2 shards" in proc.stdout
     assert "(0 bad pairs skipped, 0 unknown label pixels mapped to 255)" in proc.stdout
     for split in ("train", "val"):
-        png = build_dataset(DataConfig(dataset="cityscapes", root=data_dir, split=split), False)
-        rec = build_dataset(DataConfig(dataset="tfrecord", root=out, split=split), False)
+        png = build_dataset(DataConfig(dataset="cityscapes", root=data_dir, split=split,
+                                       batch_size=1), False)
+        rec = build_dataset(DataConfig(dataset="tfrecord", root=out, split=split, batch_size=1),
+                            False)
         pairs = list(zip(png, rec, strict=True))
         assert len(pairs) == (6 if split == "train" else 2)
         for (image, label), (image2, label2) in pairs:
