@@ -100,7 +100,7 @@ def run(config, log=print):
         log(f"measuring {name} ...")
         measured[name] = measure_repeats(_variant(config, name), config.repeats)
         report["variants"][name] = _entry(measured[name])
-        report["device"] = measured[name]["device"]
+    report["device"] = next(iter(measured.values()))["device"]  # each process's, all the same
     stock = report["variants"].get("stock")
     for v in report["variants"].values():
         v["ratio_to_stock"] = (v["measured_peak_bytes"] / stock["measured_peak_bytes"]
