@@ -9,9 +9,11 @@ PNG, (c) tfseg on TFRecords (encoded and raw), (d) a decode-only upper bound
 (parallel read + PNG decode of image and label to uint8, nothing else), plus a
 per-stage breakdown of the PNG pipeline. Prints a table and one JSON line.
 
-Every pipeline is measured once per trial, side by side, and medians over the
-trials are reported, so that load from other processes hits all of them
-alike. Besides images/s, each row gives the process CPU time per image: it
+Every pipeline is timed as the training loop iterates it: one iterator over
+``dataset.repeat()``, after a one-pass warm-up (a fresh iterator per pass
+would time tf.data's start-up and autotuning too). Each is measured once per
+trial, side by side, and medians over the trials are reported, so that load
+from other processes hits all of them alike. Besides images/s, each row gives the process CPU time per image: it
 barely moves under such load and tells where the work goes. The stage rows
 are cumulative pipelines (read; + decode; + augment; + batch = the real
 ``build_dataset``), and "+CPU ms" is what each stage adds per image.
@@ -25,6 +27,7 @@ not gate).
 
 import argparse
 import gc
+import itertools
 import json
 import os
 import tempfile
@@ -72,24 +75,43 @@ def naive_generator(pairs, batch_size):
             batch_x, batch_y = [], []
 
 
-def images_per_second(make_iterable, images_per_epoch, repeat):
-    """Warm up on one element, then time ``repeat`` full passes: (images/s, CPU ms/image)."""
-    warm = iter(make_iterable())
-    next(warm)
-    # A live warm-up iterator keeps prefetching in the background and would
-    # steal CPU from the timed passes.
-    del warm
+def images_per_second(make_iterator, per_element, images, warmup):
+    """Time ``images`` images (``per_element`` each) from one endless iterator, after ``warmup``
+    elements.
+
+    One iterator over a repeated dataset, as the training loop iterates
+    (``dataset.repeat()``): a new iterator per pass would also time tf.data's
+    start-up and autotuning ramp, which training pays once.
+
+    Returns:
+      (images/s, CPU ms/image).
+    """
+    iterator = make_iterator()
+    for _ in range(warmup):
+        next(iterator)
     gc.collect()
     start, cpu = time.perf_counter(), time.process_time()
-    for _ in range(repeat):
-        for _ in make_iterable():
-            pass
-    images = images_per_epoch * repeat
-    return images / (time.perf_counter() - start), (time.process_time() - cpu) * 1e3 / images
+    for _ in range(images // per_element):
+        next(iterator)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    # A live iterator keeps prefetching in the background and would steal CPU
+    # from the next pipeline's timing.
+    del iterator
+    gc.collect()
+    return images / wall, cpu * 1e3 / images
+
+
+def endless(dataset):
+    return lambda: iter(dataset.repeat())
+
+
+def endless_naive(pairs, batch_size):
+    return lambda: itertools.chain.from_iterable(
+        naive_generator(pairs, batch_size) for _ in itertools.count())
 
 
 def stage_datasets(source, config):
-    """Cumulative pipelines: read -> +decode -> +augment -> +batch (= ``build_dataset``)."""
+    """Cumulative pipelines: read -> +decode -> +augment (+batch is ``build_dataset``: tfseg_png)."""
     files = pairs_dataset(source.pairs)
     read = files.map(lambda i, l: (tf.io.read_file(i), tf.io.read_file(l)),
                      num_parallel_calls=AUTOTUNE)
@@ -97,13 +119,12 @@ def stage_datasets(source, config):
     seeds = tf.data.Dataset.random(seed=0).batch(2)
 
     def augment(example, seed):
-        image, label = transforms.train_transform(example[0], example[1], seed, config.crop_size)
-        return image, finish(label)
+        return transforms.train_transform(example[0], example[1], seed, config.crop_size,
+                                          map_label=finish)
 
     augmented = tf.data.Dataset.zip(decoded, seeds).map(augment, num_parallel_calls=AUTOTUNE,
                                                         deterministic=False)
-    return dict(read=read, decode=decoded, augment=augmented,
-                batch=build_dataset_with_stats(config, True)[0])
+    return dict(read=read, decode=decoded, augment=augmented)
 
 
 def decode_only(source):
@@ -119,10 +140,10 @@ def main():
     parser.add_argument("--num_images", type=int, default=16)
     parser.add_argument("--out_dir", default=None,
                         help="data folder (default: a temp folder per --num_images)")
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=6, help="passes timed per trial")
     parser.add_argument("--batch_size", type=int, default=4)
     parser.add_argument("--crop", type=int, nargs=2, default=(512, 1024))
-    parser.add_argument("--trials", type=int, default=3, help="side-by-side rounds (medians)")
+    parser.add_argument("--trials", type=int, default=5, help="side-by-side rounds (medians)")
     args = parser.parse_args()
     n, crop, batch = args.num_images, tuple(args.crop), args.batch_size
     usable = n // batch * batch
@@ -150,35 +171,39 @@ def main():
     record_ds = build_dataset_with_stats(config("tfrecord", records[False]), True)[0]
     raw_ds = build_dataset_with_stats(config("tfrecord", records[True]), True)[0]
     bound_ds = decode_only(source)
+    # name: (endless iterator, images per element, images timed, warm-up elements).
+    # The tf.data warm-up is one pass, for autotuning to settle.
     pipelines = {
-        "naive_python": (lambda: naive_generator(source.pairs, batch), usable, 1),
-        "tfseg_png": (lambda: png_ds, usable, args.repeat),
-        "tfseg_tfrecord": (lambda: record_ds, usable, args.repeat),
-        "tfseg_tfrecord_raw": (lambda: raw_ds, usable, args.repeat),
-        "decode_only": (lambda: bound_ds, n, args.repeat),
+        "naive_python": (endless_naive(source.pairs, batch), batch, usable, 1),
+        "tfseg_png": (endless(png_ds), batch, usable * args.repeat, usable // batch),
+        "tfseg_tfrecord": (endless(record_ds), batch, usable * args.repeat, usable // batch),
+        "tfseg_tfrecord_raw": (endless(raw_ds), batch, usable * args.repeat, usable // batch),
+        "decode_only": (endless(bound_ds), 1, n * args.repeat, n),
     }
-    stage_ds = stage_datasets(source, config("cityscapes", root))
-    counts = dict(read=n, decode=n, augment=n, batch=usable)
-    runs = {name: [] for name in list(pipelines) + ["stage_" + k for k in stage_ds]}
-    for _ in range(args.trials):
-        for name, (make, count, repeat) in pipelines.items():
-            runs[name].append(images_per_second(make, count, repeat))
-        for name, ds in stage_ds.items():
-            runs["stage_" + name].append(
-                images_per_second(lambda ds=ds: ds, counts[name], args.repeat))
+    for name, ds in stage_datasets(source, config("cityscapes", root)).items():
+        pipelines["stage_" + name] = (endless(ds), 1, n * args.repeat, n)
+    runs = {name: [] for name in pipelines}
+    names = list(pipelines)
+    for trial in range(args.trials):
+        # Rotated each trial: the pipeline timed right after another (above
+        # all the naive generator's big numpy buffers) runs a little slower.
+        for name in names[trial % len(names):] + names[:trial % len(names)]:
+            runs[name].append(images_per_second(*pipelines[name]))
+    runs["stage_batch"] = runs["tfseg_png"]  # the last stage is the whole pipeline
     rate = {k: float(np.median([r for r, _ in v])) for k, v in runs.items()}
     cpu = {k: float(np.median([c for _, c in v])) for k, v in runs.items()}
-    results = {k: rate[k] for k in pipelines}
+    stages = [k[len("stage_"):] for k in runs if k.startswith("stage_")]
+    results = {k: rate[k] for k in runs if not k.startswith("stage_")}
 
     print(f"\n{'pipeline':<22}{'images/s':>10}{'CPU ms/img':>12}{'vs naive':>10}"
           f"{'vs decode-only':>16}")
-    for name in pipelines:
+    for name in results:
         print(f"{name:<22}{rate[name]:>10.2f}{cpu[name]:>12.1f}"
               f"{rate[name] / rate['naive_python']:>9.1f}x"
               f"{rate[name] / rate['decode_only']:>15.2f}x")
     print(f"\n{'stage (cumulative)':<22}{'images/s':>10}{'CPU ms/img':>12}{'+CPU ms':>10}")
     previous = 0.0
-    for name in stage_ds:
+    for name in stages:
         c = cpu["stage_" + name]
         print(f"{name:<22}{rate['stage_' + name]:>10.2f}{c:>12.1f}{c - previous:>+10.1f}")
         previous = c
@@ -199,10 +224,10 @@ def main():
         num_images=n, crop=list(crop), batch_size=batch, repeat=args.repeat,
         trials=args.trials, cpus=os.cpu_count(),
         images_per_s={k: round(v, 3) for k, v in results.items()},
-        cpu_ms_per_image={k: round(cpu[k], 2) for k in pipelines},
-        trials_images_per_s={k: [round(r, 2) for r, _ in runs[k]] for k in pipelines},
-        stages_images_per_s={k: round(rate["stage_" + k], 3) for k in stage_ds},
-        stages_cpu_ms_per_image={k: round(cpu["stage_" + k], 2) for k in stage_ds},
+        cpu_ms_per_image={k: round(cpu[k], 2) for k in results},
+        trials_images_per_s={k: [round(r, 2) for r, _ in runs[k]] for k in results},
+        stages_images_per_s={k: round(rate["stage_" + k], 3) for k in stages},
+        stages_cpu_ms_per_image={k: round(cpu["stage_" + k], 2) for k in stages},
         png_vs_decode_only_cpu=round(cpu["decode_only"] / cpu["tfseg_png"], 3),
         **{k: round(v, 3) for k, v in ratios.items()},
         targets=targets,

@@ -41,10 +41,11 @@ def variants(args):
     rows = {
         "stock": base,
         "memory_saving": dataclasses.replace(base, variant="memory_saving"),
-        "recompute": dataclasses.replace(base, variant="recompute", recompute_blocks=tuple(args.recompute)),
+        "recompute": dataclasses.replace(base, variant="recompute",
+                                         recompute_blocks=tuple(args.recompute)),
         "stock_xla": dataclasses.replace(base, jit_compile=True),
-        # XLA ignores the control dependencies that gate each recompute on its
-        # gradient (pitfall P3), so this row shows what XLA's own scheduler keeps.
+        # XLA drops control dependencies (pitfall P3): this row checks that the
+        # data dependency gating each rebuild on its gradient keeps the saving.
         "memory_saving_xla": dataclasses.replace(base, variant="memory_saving", jit_compile=True),
     }
     if args.full_resolution:

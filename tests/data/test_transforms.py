@@ -3,6 +3,7 @@ import pytest
 import tensorflow as tf
 
 from tfseg.data import transforms
+from tfseg.data.source import IndexLabels
 from tests.data.conftest import run_eager_and_in_map
 
 COLOURS = np.array([(200, 30, 30), (30, 200, 30), (30, 30, 200), (220, 220, 40)], np.float32)
@@ -79,6 +80,35 @@ def test_scale_crop_identity_at_scale_one():
         image, label, tf.constant([1, 2]), label.shape, (1.0, 1.0))
     np.testing.assert_allclose(out_image.numpy(), image, atol=0.5)
     np.testing.assert_array_equal(out_label.numpy(), label)
+
+
+@pytest.mark.parametrize("scales, crop", [((1.2, 2.0), (40, 56)), ((0.5, 0.9), (70, 100))])
+def test_scale_crop_marks_255_exactly_where_it_pads(scales, crop):
+    """Without 255 in the input, 255 is the padding and nothing else: the crop's
+    last rows and columns still read the label, upscaled or not."""
+    image, label = _scene(7)
+    label = np.where(label == 255, 1, label)
+    for seed in range(6):
+        out_image, out_label = (t.numpy() for t in transforms.random_scale_crop(
+            image, label, tf.constant([seed, 3]), crop, scales))
+        padding = np.all(out_image == transforms.PAD_VALUE, axis=-1)
+        np.testing.assert_array_equal(out_label == 255, padding)
+        assert padding.any() == (scales[1] < 1)
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_train_transform_maps_labels_after_the_crop(flip):
+    """``map_label`` on the crop (in XLA) equals mapping the crop's ids afterwards."""
+    image, label = _scene(8)
+    ids = np.where(label == 255, 255, label + 30).astype(np.uint8)  # stored ids 30-33
+    table = IndexLabels({30: 2, 31: 0, 32: 1, 33: 255})
+    for seed in range(4):
+        seed = tf.constant([seed, 5])
+        _, mapped = transforms.train_transform(image, ids, seed, (32, 48), flip=flip,
+                                               map_label=table.map_ids)
+        _, stored = transforms.train_transform(image, ids, seed, (32, 48), flip=flip)
+        assert mapped.dtype == tf.int32
+        np.testing.assert_array_equal(mapped, table.map_ids(stored))
 
 
 def test_flip_moves_image_and_label_together():

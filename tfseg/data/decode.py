@@ -28,7 +28,7 @@ import sys
 import tensorflow as tf
 
 from tfseg.data import png
-from tfseg.data.source import IndexLabels
+from tfseg.data.source import IndexLabels, as_int32
 
 
 def _try(fn, arg, fallback):
@@ -130,7 +130,7 @@ def _label_decoding(source):
     if isinstance(labels, IndexLabels):
         return ((lambda c: (labels.decode_ids(c), None)), tf.zeros([0, 0], tf.uint8),
                 labels.map_ids, labels)
-    return labels, tf.zeros([0, 0], tf.int32), lambda label: tf.cast(label, tf.int32), None
+    return labels, tf.zeros([0, 0], tf.int32), as_int32, None
 
 
 def decode_pairs(pairs_ds, source, skip_bad_examples=False, stats=None,

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from tfseg.data import camvid, cityscapes, tfrecords, voc
 from tfseg.data.decode import decode_pairs, pairs_dataset
-from tfseg.data.source import IGNORE_LABEL, Source
+from tfseg.data.source import IGNORE_LABEL, Source, as_int32
 from tfseg.data.stats import DataStats
 from tfseg.data.synthetic import write_synthetic_cityscapes
 from tfseg.data.transforms import eval_transform, train_transform
@@ -58,7 +58,7 @@ def _examples(config, training, stats):
     if config.dataset == "tfrecord":
         examples = tfrecords.read_train_ids(config.root, config.split, training, config.seed,
                                             deterministic, config.skip_bad_examples, stats)
-        return examples, lambda label: tf.cast(label, tf.int32)
+        return examples, as_int32
     source = get_source(config)
     files = pairs_dataset(source.pairs)
     if training and not config.cache:
@@ -94,9 +94,8 @@ def build_dataset(config, training, stats=None):
                                         reshuffle_each_iteration=True)
 
         def augment(example, seed):
-            image, label = train_transform(example[0], example[1], seed, config.crop_size,
-                                           config.scale_range, config.flip, config.jitter)
-            return image, finish(label)
+            return train_transform(example[0], example[1], seed, config.crop_size,
+                                   config.scale_range, config.flip, config.jitter, finish)
 
         # One stateless seed per element: reproducible under any parallelism.
         seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True).batch(2)

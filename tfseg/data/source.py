@@ -44,6 +44,11 @@ class Source:
         return len(self.class_names)
 
 
+def as_int32(label):
+    """The identity label mapping: class ids stored as such, as int32."""
+    return tf.cast(label, tf.int32)
+
+
 def require_dir(path):
     """Raise FileNotFoundError naming ``path`` unless it is a directory."""
     if not os.path.isdir(path):
@@ -101,6 +106,12 @@ class IndexLabels:
         flags = np.concatenate([[0], self.unknown, [0]])
         edges = np.flatnonzero(np.diff(flags))
         self.unknown_runs = tuple(zip(edges[0::2].tolist(), (edges[1::2] - 1).tolist()))
+        # Tables that keep ids 0..n-1 and send all else to 255 (VOC's palette
+        # indices, Cityscapes' trainIds files) are one compare on uint8 ids,
+        # ~5x cheaper than a gather.
+        ids = np.arange(256)
+        self.keep_below = next((n for n in range(1, 256) if np.array_equal(
+            self.table, np.where(ids < n, ids, IGNORE_LABEL))), None)
 
     @staticmethod
     def decode_ids(contents):
@@ -109,6 +120,9 @@ class IndexLabels:
 
     def map_ids(self, ids):
         """Stored ids (any integer dtype, any shape) -> int32 train ids / 255."""
+        ids = tf.convert_to_tensor(ids)
+        if self.keep_below is not None and ids.dtype == tf.uint8:
+            return tf.cast(tf.where(ids < self.keep_below, ids, IGNORE_LABEL), tf.int32)
         return tf.gather(tf.constant(self.table), tf.cast(ids, tf.int32))
 
     def count_unknown(self, ids):

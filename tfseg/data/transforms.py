@@ -6,9 +6,11 @@ inside ``Dataset.map`` and on tf.data service workers, and a pipeline seed
 fixes the augmentation exactly.
 """
 
+import functools
+
 import tensorflow as tf
 
-from tfseg.data.source import IGNORE_LABEL
+from tfseg.data.source import IGNORE_LABEL, as_int32
 
 # Image padding value: the mean of the model's input range (0 after normalize).
 PAD_VALUE = 127.5
@@ -20,39 +22,39 @@ def normalize(image):
 
 
 def random_scale_crop(image, label, seed, crop_size, scale_range=(0.5, 2.0)):
-    """Random rescale, pad (image: 127.5, label: 255) and random crop, in one resampling.
+    """Random rescale, pad (image: 127.5, label: 255) and random crop, resampling only the crop.
 
-    Equivalent to resizing the whole image by ``s`` (corner-aligned), padding it
-    at the bottom/right up to ``crop_size`` and cropping a random window, but
-    only the output window is ever computed (``crop_and_resize`` with an
-    extrapolation value doing the padding), so the cost depends on the crop
-    size, not on the (up to 2x upscaled) image. Image and label are sampled at
-    the very same points: bilinear for the image, nearest for the label.
+    Equivalent, up to the scale being rounded to whole source pixels, to
+    resizing the whole image by ``s`` (corner-aligned), padding it at the
+    bottom/right up to ``crop_size`` and cropping a random window; but only
+    the source window under the crop is resampled, so the cost depends on the
+    crop size, not on the (up to 2x upscaled) image. Image and label are
+    sampled at the very same points, bilinear for the image and nearest for
+    the label, so they stay aligned.
 
     Args:
       image: [H, W, 3] uint8 or float.
       label: [H, W] integer class ids.
       seed: [2] int tensor.
-      crop_size: (crop_height, crop_width), each >= 2.
+      crop_size: (crop_height, crop_width).
       scale_range: (min, max) scale factor, drawn uniformly.
 
     Returns:
       (float32 [ch, cw, 3] image in 0-255, int32 [ch, cw] label).
     """
-    return _scale_crop(image, label, seed, crop_size, scale_range)
+    image, label = _scale_crop(image, label, seed, crop_size, scale_range)
+    return image, as_int32(label)
 
 
-# crop_and_resize reads these directly; other label dtypes are cast to float32 first.
-_RESAMPLE_DTYPES = (tf.uint8, tf.uint16, tf.int8, tf.int16, tf.int32, tf.int64, tf.float32)
+def _scale_crop(image, label, seed, crop_size, scale_range):
+    """``random_scale_crop``, with the label's ids as float32 (exact), for the caller to cast.
 
-
-def _scale_crop(image, label, seed, crop_size, scale_range, flip=None):
-    """``random_scale_crop``; with a bool tensor ``flip``, also mirrored left-right.
-
-    The flip is folded into the crop box (``crop_and_resize`` mirrors boxes
-    with x1 > x2), so it costs nothing and samples the same points as
-    flipping the crop afterwards. Labels are resampled in their own dtype:
-    no full-size float copy of the label.
+    Both are sampled corner-aligned, at window row ``j * (extent - 1) /
+    (valid - 1)`` (and likewise for columns). The image: its window sliced
+    and resized by ``ResizeBilinear``, which precomputes its weights (3.5 ms
+    for a 512x1024 crop; ``crop_and_resize`` takes 9 ms, converting every
+    uint8 tap). The label: ``crop_and_resize`` nearest on the whole label, no
+    copy (2x faster than ``ResizeNearestNeighbor``).
     """
     crop_h, crop_w = crop_size
     scale_seed, y_seed, x_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
@@ -60,30 +62,33 @@ def _scale_crop(image, label, seed, crop_size, scale_range, flip=None):
     shape = tf.shape(label)
     size = tf.cast(shape, tf.float32)
     scale = tf.random.stateless_uniform([], scale_seed, scale_range[0], scale_range[1])
-    scaled = tf.maximum(tf.cast(tf.round(size * scale), tf.int32), 2)
-    free = tf.maximum(scaled - [crop_h, crop_w], 0)
+    scaled = tf.maximum(tf.cast(tf.round(size * scale), tf.int32), 1)
+    # The part of the crop the scaled image covers; the rest is padding.
+    valid = tf.minimum(scaled, [crop_h, crop_w])
+    free = scaled - valid
     oy = tf.random.stateless_uniform([], y_seed, 0, free[0] + 1, dtype=tf.int32)
     ox = tf.random.stateless_uniform([], x_seed, 0, free[1] + 1, dtype=tf.int32)
-    # Scaled pixel j sits at original pixel j * (size - 1 - eps) / (scaled - 1); the
-    # eps keeps the last valid row inside the image despite float rounding.
-    step = (size - 1.0 - 1e-3) / tf.cast(scaled - 1, tf.float32) / tf.maximum(size - 1.0, 1.0)
-    start = tf.cast(tf.stack([oy, ox]), tf.float32) * step
-    end = start + tf.constant([crop_h - 1.0, crop_w - 1.0]) * step
-    if flip is None:
-        box = tf.concat([start, end], 0)
-    else:
-        x0, x1 = tf.where(flip, end[1], start[1]), tf.where(flip, start[1], end[1])
-        box = tf.stack([start[0], x0, end[0], x1])
-
-    def resample(x, method, fill):
-        return tf.image.crop_and_resize(x[tf.newaxis], box[tf.newaxis], [0], [crop_h, crop_w],
-                                        method=method, extrapolation_value=fill)[0]
-
-    image = resample(image, "bilinear", PAD_VALUE)
-    if label.dtype not in _RESAMPLE_DTYPES:
-        label = tf.cast(label, tf.float32)
-    label = resample(label[..., tf.newaxis], "nearest", IGNORE_LABEL)
-    return image, tf.cast(label[..., 0], tf.int32)
+    # The source window under scaled rows/cols [offset, offset + valid).
+    ratio = size / tf.cast(scaled, tf.float32)
+    start = tf.minimum(tf.cast(tf.cast(tf.stack([oy, ox]), tf.float32) * ratio, tf.int32),
+                       shape - 1)
+    extent = tf.clip_by_value(tf.cast(tf.round(tf.cast(valid, tf.float32) * ratio), tf.int32),
+                              1, shape - start)
+    window = tf.slice(image, tf.concat([start, [0]], 0), tf.concat([extent, [-1]], 0))
+    image = tf.raw_ops.ResizeBilinear(images=window[tf.newaxis], size=valid,
+                                      align_corners=True)[0]
+    # In the label's [0, 1] coordinates; the 1e-3 keeps float rounding from
+    # pushing the last row past the label's edge, where it would read as 255.
+    first = tf.cast(start, tf.float32)
+    last = tf.cast(start + extent - 1, tf.float32) - 1e-3
+    edge = tf.maximum(size - 1.0, 1.0)
+    box = tf.concat([first / edge, tf.maximum(last, first) / edge], 0)
+    label = tf.image.crop_and_resize(label[tf.newaxis, ..., tf.newaxis], box[tf.newaxis], [0],
+                                     valid, method="nearest")[0, ..., 0]
+    padding = tf.stack([[0, crop_h - valid[0]], [0, crop_w - valid[1]]])
+    image = tf.pad(image, tf.concat([padding, [[0, 0]]], 0), constant_values=PAD_VALUE)
+    label = tf.pad(label, padding, constant_values=IGNORE_LABEL)
+    return tf.reshape(image, [crop_h, crop_w, 3]), tf.reshape(label, [crop_h, crop_w])
 
 
 def random_flip(image, label, seed):
@@ -111,26 +116,52 @@ def photometric_jitter(image, seed, strength=1.0):
 
 
 def train_transform(image, label, seed, crop_size, scale_range=(0.5, 2.0), flip=True,
-                    jitter=False):
+                    jitter=False, map_label=None):
     """The full training augmentation, then normalisation.
 
     Args:
       image: uint8 [H, W, 3]; label: integer [H, W]; seed: [2] int tensor.
       crop_size, scale_range: see ``random_scale_crop``.
       flip: random horizontal flip. jitter: ``photometric_jitter``.
+      map_label: optional per-pixel map of the cropped label to int32 class
+        ids (e.g. a stored id -> train id table); it must commute with
+        nearest-neighbour resampling, flipping and padding with 255.
 
     Returns:
       (float32 [ch, cw, 3] in [-1, 1], int32 [ch, cw] with ids or 255).
     """
     crop_seed, flip_seed, jitter_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
-    # Same draw as ``random_flip``, applied through the crop box.
-    mirror = tf.random.stateless_uniform([], flip_seed) < 0.5 if flip else None
-    image, label = _scale_crop(image, label, crop_seed, crop_size, scale_range, mirror)
+    label = tf.convert_to_tensor(label)
+    image, crop_label = _scale_crop(image, label, crop_seed, crop_size, scale_range)
     if jitter:
         image = photometric_jitter(image, jitter_seed)
-    return normalize(image), label
+    # Same draw as ``random_flip``.
+    mirror = tf.random.stateless_uniform([], flip_seed) < 0.5 if flip else tf.constant(False)
+    return _crop_tail(map_label or as_int32, label.dtype)(image, crop_label, mirror)
+
+
+@functools.lru_cache(maxsize=32)
+def _crop_tail(map_label, label_dtype):
+    """Flip and normalise a crop and map its label (float ids, cast back to ``label_dtype``), in XLA.
+
+    The crop's shape is fixed, so XLA compiles this once per crop size and
+    fuses it into two loops; as TF ops, the per-pixel table lookup alone
+    (a gather) costs ~3 ms a 512x1024 crop, ~8% of a Cityscapes image's
+    whole pipeline. The shapes before the crop vary per image, so the crop
+    itself stays outside XLA.
+    """
+    @tf.function(jit_compile=True, autograph=False)
+    def tail(image, label, mirror):
+        image, label = tf.cond(mirror, lambda: (tf.reverse(image, [1]), tf.reverse(label, [1])),
+                               lambda: (image, label))
+        # XLA multiplies by the reciprocal of 127.5, which can land 1 ulp
+        # outside [-1, 1]; the clip fuses into the same loop.
+        return (tf.clip_by_value(normalize(image), -1.0, 1.0),
+                map_label(tf.cast(label, label_dtype)))
+
+    return tail
 
 
 def eval_transform(image, label):
     """Full image, unaugmented: (float32 [H, W, 3] in [-1, 1], int32 [H, W])."""
-    return normalize(image), tf.cast(label, tf.int32)
+    return normalize(image), as_int32(label)
