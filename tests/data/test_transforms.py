@@ -56,7 +56,7 @@ def test_scale_crop_keeps_labels_and_alignment(seed, crop):
 
 @pytest.mark.parametrize("crop", [(32, 48), (96, 120)])
 def test_train_transform_flip_keeps_labels_and_alignment(crop):
-    """The flip folded into the crop box: both outcomes keep labels and stay aligned."""
+    """The flip draw of ``random_flip``: both outcomes keep labels and stay aligned."""
     image, label = _scene(6)
     flipped_seen = set()
     for seed in range(8):
@@ -82,26 +82,47 @@ def test_scale_crop_identity_at_scale_one():
     np.testing.assert_array_equal(out_label.numpy(), label)
 
 
-@pytest.mark.parametrize("scales, crop", [((1.2, 2.0), (40, 56)), ((0.5, 0.9), (70, 100))])
+@pytest.mark.parametrize("scales, crop", [
+    ((1.5, 1.5), (90, 40)),  # the crop spans every row of the 90x126 scaled image
+    ((1.5, 1.5), (100, 40)),  # ... and pads 10 rows below them, no columns
+    ((0.5, 0.9), (70, 100)),  # pads both ways
+    ((1.2, 2.0), (40, 56)),
+])
 def test_scale_crop_marks_255_exactly_where_it_pads(scales, crop):
-    """Without 255 in the input, 255 is the padding and nothing else: the crop's
-    last rows and columns still read the label, upscaled or not."""
+    """Without 0 or 255 in the input, 255 is the padding and nothing else, and no
+    sample falls off the label's edge (crop_and_resize would fill it with 0)."""
     image, label = _scene(7)
-    label = np.where(label == 255, 1, label)
+    label = np.where(label == 255, 4, label + 1)
     for seed in range(6):
         out_image, out_label = (t.numpy() for t in transforms.random_scale_crop(
             image, label, tf.constant([seed, 3]), crop, scales))
         padding = np.all(out_image == transforms.PAD_VALUE, axis=-1)
         np.testing.assert_array_equal(out_label == 255, padding)
-        assert padding.any() == (scales[1] < 1)
+        assert set(np.unique(out_label)) <= set(np.unique(label)) | {255}
+        assert padding.any() == (scales[1] < 1 or crop[0] == 100)
+
+
+def test_scale_crop_aligns_a_single_output_row():
+    """A crop showing one row of the scaled image: image and label sample the same row."""
+    label = np.repeat(np.arange(5)[:, None] % 4, 6, axis=1)
+    image = COLOURS[label].astype(np.uint8)
+    for seed in range(4):
+        out_image, out_label = (t.numpy() for t in transforms.random_scale_crop(
+            image, label, tf.constant([seed, 1]), (4, 8), (0.2, 0.2)))
+        assert (out_label != 255).sum() == 1  # the 5x6 image scaled to 1x1
+        np.testing.assert_allclose(out_image[0, 0], COLOURS[out_label[0, 0]], atol=1.0)
 
 
 @pytest.mark.parametrize("flip", [False, True])
-def test_train_transform_maps_labels_after_the_crop(flip):
+@pytest.mark.parametrize("known", [
+    {30: 2, 31: 0, 32: 1, 33: 255},  # a real table: gathered
+    {i: i for i in range(31)},  # keeps ids below 31: one compare
+])
+def test_train_transform_maps_labels_after_the_crop(flip, known):
     """``map_label`` on the crop (in XLA) equals mapping the crop's ids afterwards."""
     image, label = _scene(8)
     ids = np.where(label == 255, 255, label + 30).astype(np.uint8)  # stored ids 30-33
-    table = IndexLabels({30: 2, 31: 0, 32: 1, 33: 255})
+    table = IndexLabels(known)
     for seed in range(4):
         seed = tf.constant([seed, 5])
         _, mapped = transforms.train_transform(image, ids, seed, (32, 48), flip=flip,
@@ -109,6 +130,7 @@ def test_train_transform_maps_labels_after_the_crop(flip):
         _, stored = transforms.train_transform(image, ids, seed, (32, 48), flip=flip)
         assert mapped.dtype == tf.int32
         np.testing.assert_array_equal(mapped, table.map_ids(stored))
+        assert len(np.unique(mapped)) > 1
 
 
 def test_flip_moves_image_and_label_together():

@@ -121,9 +121,12 @@ class IndexLabels:
     def map_ids(self, ids):
         """Stored ids (any integer dtype, any shape) -> int32 train ids / 255."""
         ids = tf.convert_to_tensor(ids)
-        if self.keep_below is not None and ids.dtype == tf.uint8:
+        if self.keep_below is None:
+            return tf.gather(tf.constant(self.table), tf.cast(ids, tf.int32))
+        if ids.dtype == tf.uint8:  # whole images in evaluation: compare before widening
             return tf.cast(tf.where(ids < self.keep_below, ids, IGNORE_LABEL), tf.int32)
-        return tf.gather(tf.constant(self.table), tf.cast(ids, tf.int32))
+        ids = tf.cast(ids, tf.int32)
+        return tf.where((ids >= 0) & (ids < self.keep_below), ids, IGNORE_LABEL)
 
     def count_unknown(self, ids):
         """int32 scalar: how many of ``ids`` (uint8) are outside the known set."""

@@ -77,14 +77,17 @@ def _scale_crop(image, label, seed, crop_size, scale_range):
     window = tf.slice(image, tf.concat([start, [0]], 0), tf.concat([extent, [-1]], 0))
     image = tf.raw_ops.ResizeBilinear(images=window[tf.newaxis], size=valid,
                                       align_corners=True)[0]
-    # In the label's [0, 1] coordinates; the 1e-3 keeps float rounding from
-    # pushing the last row past the label's edge, where it would read as 255.
+    # In the label's [0, 1] coordinates. The 1e-3 keeps float rounding from
+    # pushing the last row past the label's edge (it would read as 255). A
+    # single output row samples the box's middle, but ResizeBilinear its start.
     first = tf.cast(start, tf.float32)
     last = tf.cast(start + extent - 1, tf.float32) - 1e-3
+    last = tf.where(valid > 1, tf.maximum(last, first), first)
     edge = tf.maximum(size - 1.0, 1.0)
-    box = tf.concat([first / edge, tf.maximum(last, first) / edge], 0)
+    box = tf.concat([first / edge, last / edge], 0)
     label = tf.image.crop_and_resize(label[tf.newaxis, ..., tf.newaxis], box[tf.newaxis], [0],
-                                     valid, method="nearest")[0, ..., 0]
+                                     valid, method="nearest",
+                                     extrapolation_value=IGNORE_LABEL)[0, ..., 0]
     padding = tf.stack([[0, crop_h - valid[0]], [0, crop_w - valid[1]]])
     image = tf.pad(image, tf.concat([padding, [[0, 0]]], 0), constant_values=PAD_VALUE)
     label = tf.pad(label, padding, constant_values=IGNORE_LABEL)
@@ -131,18 +134,17 @@ def train_transform(image, label, seed, crop_size, scale_range=(0.5, 2.0), flip=
       (float32 [ch, cw, 3] in [-1, 1], int32 [ch, cw] with ids or 255).
     """
     crop_seed, flip_seed, jitter_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
-    label = tf.convert_to_tensor(label)
     image, crop_label = _scale_crop(image, label, crop_seed, crop_size, scale_range)
     if jitter:
         image = photometric_jitter(image, jitter_seed)
     # Same draw as ``random_flip``.
     mirror = tf.random.stateless_uniform([], flip_seed) < 0.5 if flip else tf.constant(False)
-    return _crop_tail(map_label or as_int32, label.dtype)(image, crop_label, mirror)
+    return _crop_tail(map_label or as_int32)(image, crop_label, mirror)
 
 
 @functools.lru_cache(maxsize=32)
-def _crop_tail(map_label, label_dtype):
-    """Flip and normalise a crop and map its label (float ids, cast back to ``label_dtype``), in XLA.
+def _crop_tail(map_label):
+    """Flip and normalise a crop and map its label (float ids, as int32), compiled with XLA.
 
     The crop's shape is fixed, so XLA compiles this once per crop size and
     fuses it into two loops; as TF ops, the per-pixel table lookup alone
@@ -157,7 +159,7 @@ def _crop_tail(map_label, label_dtype):
         # XLA multiplies by the reciprocal of 127.5, which can land 1 ulp
         # outside [-1, 1]; the clip fuses into the same loop.
         return (tf.clip_by_value(normalize(image), -1.0, 1.0),
-                map_label(tf.cast(label, label_dtype)))
+                map_label(tf.cast(label, tf.int32)))
 
     return tail
 
