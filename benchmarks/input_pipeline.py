@@ -12,11 +12,12 @@ per-stage breakdown of the PNG pipeline. Prints a table and one JSON line.
 Every pipeline is timed as the training loop iterates it: one iterator over
 ``dataset.repeat()``, after a one-pass warm-up (a fresh iterator per pass
 would time tf.data's start-up and autotuning too). Each is measured once per
-trial, side by side, and medians over the trials are reported, so that load
-from other processes hits all of them alike. Besides images/s, each row gives the process CPU time per image: it
-barely moves under such load and tells where the work goes. The stage rows
-are cumulative pipelines (read; + decode; + augment; + batch = the real
-``build_dataset``), and "+CPU ms" is what each stage adds per image.
+trial, in an order rotated each trial, and medians over the trials are
+reported, so that load from other processes hits all of them alike. Besides
+images/s, each row gives the process CPU time per image: it tells where the
+work goes. The stage rows are cumulative pipelines (read; + decode;
++ augment; + batch = the real ``build_dataset``, i.e. the tfseg_png row), and
+"+CPU ms" is what each stage adds per image.
 
 The tfseg rows run what training should run: ``build_dataset_with_stats``,
 i.e. with the unknown-label-id count on. The issue's targets are checked
@@ -111,7 +112,7 @@ def endless_naive(pairs, batch_size):
 
 
 def stage_datasets(source, config):
-    """Cumulative pipelines: read -> +decode -> +augment (+batch is ``build_dataset``: tfseg_png)."""
+    """Cumulative pipelines: read -> +decode -> +augment (+ batch: ``build_dataset``)."""
     files = pairs_dataset(source.pairs)
     read = files.map(lambda i, l: (tf.io.read_file(i), tf.io.read_file(l)),
                      num_parallel_calls=AUTOTUNE)
