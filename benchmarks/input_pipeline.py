@@ -77,12 +77,12 @@ def naive_generator(pairs, batch_size):
 
 
 def images_per_second(make_iterator, per_element, images, warmup):
-    """Time ``images`` images (``per_element`` each) from one endless iterator, after ``warmup``
-    elements.
+    """Time ``images`` images from one endless iterator, after ``warmup`` elements.
 
-    One iterator over a repeated dataset, as the training loop iterates
-    (``dataset.repeat()``): a new iterator per pass would also time tf.data's
-    start-up and autotuning ramp, which training pays once.
+    Each element holds ``per_element`` images. One iterator over a repeated
+    dataset, as the training loop iterates (``dataset.repeat()``): a new
+    iterator per pass would also time tf.data's start-up and autotuning ramp,
+    which training pays once.
 
     Returns:
       (images/s, CPU ms/image).
