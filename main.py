@@ -136,7 +136,8 @@ flags.DEFINE_list("crop_size", list(map(str, d.crop_size)),
 flags.DEFINE_integer("batch_size", d.batch_size, "Global training batch (over all replicas).")
 flags.DEFINE_list("scale_range", list(map(str, d.scale_range)), "Random scale MIN,MAX.")
 flags.DEFINE_bool("jitter", d.jitter, "Photometric jitter.")
-flags.DEFINE_bool("cache", d.cache, "Cache decoded training images in memory.")
+flags.DEFINE_bool("cache", d.cache, "Cache decoded training images in memory (refused "
+                  "when the split would not fit).")
 flags.DEFINE_integer("seed", d.seed, "Data seed (-1: fresh randomness).")
 flags.DEFINE_string("data_service", d.data_service, "grpc://HOST:PORT of a tf.data service "
                     "dispatcher for the training input (default: in-process).")
@@ -160,13 +161,20 @@ flags.DEFINE_float("end_learning_rate", d.end_learning_rate, "Learning rate at t
 flags.DEFINE_float("lr_power", d.lr_power, "Poly decay power.")
 flags.DEFINE_integer("warmup_steps", d.warmup_steps, "Linear warm-up steps.")
 flags.DEFINE_float("momentum", d.momentum, "SGD momentum.")
-flags.DEFINE_float("weight_decay", d.weight_decay, "Decoupled weight decay on kernels.")
+flags.DEFINE_float("weight_decay", d.weight_decay, "Weight decay on conv kernels (not "
+                   "depthwise kernels, norms or biases).")
+flags.DEFINE_string("weight_decay_type", d.weight_decay_type, "l2: a loss term, as "
+                    "research/deeplab (through momentum: ~1/(1-momentum) times stronger); "
+                    "decoupled: the optimizer's lr * wd * kernel.")
 flags.DEFINE_list("class_weights", [], "One loss weight per class (default: all 1).")
 flags.DEFINE_string("strategy", d.strategy, "default, one_device, mirrored or multi_worker "
                     "(cluster from TF_CONFIG).")
 flags.DEFINE_integer("checkpoint_every", d.checkpoint_every, "Steps between checkpoints.")
 flags.DEFINE_integer("keep_checkpoints", d.keep_checkpoints, "Checkpoints kept.")
 flags.DEFINE_integer("log_every", d.log_every, "Steps between progress lines and summaries.")
+flags.DEFINE_integer("max_skipped_updates", d.max_skipped_updates, "Consecutive updates "
+                     "skipped by mixed_float16 loss scaling (non-finite gradients) that stop "
+                     "the run with exit code 3.")
 flags.DEFINE_integer("num_summary_images", d.num_summary_images, "Sample predictions logged.")
 flags.DEFINE_integer("eval_every", d.eval_every, "Steps between whole-image mIoU evaluations "
                      "on --eval_split during training, to TensorBoard (0: none).")

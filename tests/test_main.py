@@ -71,6 +71,12 @@ BAD = {
     "negative_eval_every": (("--eval_every=-1",), "--eval_every"),
     "convert_tfrecords": (("--mode=convert", "--dataset=tfrecord"), "--dataset"),
     "zero_shards": (("--mode=convert", "--tfrecord_shards=0"), "--tfrecord_shards"),
+    # Keras never compiles strategy.run + apply_gradients inside tf.cond; refused, not untested.
+    "jit_with_mirrored": (("--strategy=mirrored", "--jit_compile"), "--jit_compile"),
+    "jit_with_multi_worker": (("--strategy=multi_worker", "--jit_compile", "--mode=validate"),
+                              "--jit_compile"),
+    "bad_weight_decay_type": (("--weight_decay_type=adamw",), "--weight_decay_type"),
+    "zero_skipped_updates": (("--max_skipped_updates=0",), "--max_skipped_updates"),
 }
 
 

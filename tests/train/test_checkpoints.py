@@ -1,14 +1,20 @@
-"""Checkpoints: a checkpoint of another architecture is refused, naming it (real
-checkpoints, in-process). Multi-worker resume is tests/train/test_distributed.py's."""
+"""Checkpoints: a checkpoint of another architecture is refused, naming it; runs resume
+across variants and dtype policies (real checkpoints, in-process). Multi-worker resume is tests/train/test_distributed.py's."""
 
+import dataclasses
 import re
 
+import keras
+import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfseg import memory
 from tfseg.errors import InputError
 from tfseg.models import deeplab_v3_plus
-from tfseg.train import checkpoints
+from tfseg.train import builders, checkpoints
+from tfseg.train.config import RunConfig
+from tfseg.train.step import PixelLoss, make_train_step
 
 
 def _model(middle_repeats=1, width=0.25, classes=3):
@@ -33,9 +39,9 @@ def test_the_same_architecture_restores_exactly(saved):
 
 
 @pytest.mark.parametrize("other,expected", [
-    (dict(middle_repeats=2), r"model weights missing \(e\.g\. middle_unit2_"),
-    (dict(width=0.5), r"of another shape, checkpoint vs model \(e\.g\. entry_conv1/kernel"),
-    (dict(classes=5), r"of another shape.*logits/"),
+    (dict(middle_repeats=2), r"entries missing \(e\.g\. weights/middle_unit2_"),
+    (dict(width=0.5), r"of another shape, checkpoint vs model \(e\.g\. weights/entry_conv1/kernel"),
+    (dict(classes=5), r"of another shape.*weights/logits/"),
 ])
 def test_another_architecture_is_refused_naming_the_checkpoint(saved, other, expected):
     path, _ = saved
@@ -48,5 +54,129 @@ def test_another_architecture_is_refused_naming_the_checkpoint(saved, other, exp
 
 def test_weights_the_model_lacks_are_refused(tmp_path):
     path = checkpoints.Checkpoints(_model(middle_repeats=2), str(tmp_path)).save(1)
-    with pytest.raises(InputError, match=r"weights not in the model \(e\.g\. middle_unit2_"):
+    with pytest.raises(InputError, match=r"weights not in the model \(e\.g\. weights/middle_unit2_"):
         checkpoints.Checkpoints(_model(), "/nonexistent").restore(path)
+
+
+_RUN = RunConfig(width_multiplier=0.25, middle_repeats=1, dropout=0.0, warmup_steps=0,
+                 train_steps=10, learning_rate=0.05, momentum=0.9, weight_decay=1e-3)
+
+
+class _Run:
+    """A model, its optimizer and step counter as ``train`` builds them, and its checkpoints."""
+
+    def __init__(self, model_dir, **changes):
+        self.config = dataclasses.replace(_RUN, **changes)
+        keras.mixed_precision.set_global_policy(self.config.dtype_policy)
+        try:
+            self.model = builders.model(self.config, 3)
+            self.optimizer = builders.optimizer(self.config, self.model)
+        finally:
+            keras.mixed_precision.set_global_policy("float32")
+        self.step = tf.Variable(0, dtype=tf.int64)
+        self.train_step = make_train_step(
+            tf.distribute.get_strategy(), self.model, self.optimizer, PixelLoss(), self.step,
+            False, *builders.l2_weight_decay(self.config, self.model))
+        self.ckpts = checkpoints.Checkpoints(self.model, str(model_dir), optimizer=self.optimizer,
+                                             step=self.step)
+
+    def state(self):
+        """{name: value}: weights and momentum slots by path, iterations and step."""
+        tree = checkpoints.optimizer_state(self.optimizer, self.model)
+        tree.pop(checkpoints.LOSS_SCALE, None)
+        tree = dict(optimizer=tree, weights=memory.variables_by_path(self.model), step=self.step)
+        return {name: np.asarray(v) for name, v in checkpoints._keys(tree).values()}
+
+
+def _batches(count):
+    rng = np.random.default_rng(2)
+    return [(tf.constant(rng.uniform(-1, 1, (2, 33, 33, 3)), tf.float32),
+             tf.constant(rng.integers(0, 3, (2, 33, 33)), tf.int32)) for _ in range(count)]
+
+
+VARIANTS = [dict(), dict(memory_saving=True), dict(memory_saving=True, recompute=("middle",))]
+
+
+def test_each_momentum_slot_is_keyed_by_its_own_variable(tmp_path):
+    """After one SGD step from zero momentum, a slot holds its variable's change (Keras:
+    m = -lr * g; w += m), up to the rounding of w + m: a slot keyed by another variable's
+    path cannot."""
+    run = _Run(tmp_path, weight_decay=0.0, **VARIANTS[2])
+    before = {v.path: v.numpy() for v in run.model.trainable_variables}
+    run.train_step(_batches(1)[0])
+    slots = checkpoints.optimizer_state(run.optimizer, run.model)["momentum"]
+    assert slots.keys() == before.keys()
+    for variable in run.model.trainable_variables:
+        np.testing.assert_allclose(slots[variable.path].numpy(),
+                                   variable.numpy() - before[variable.path],
+                                   rtol=0, atol=1e-6, err_msg=variable.path)
+
+
+@pytest.mark.parametrize("first,second", [(0, 2), (1, 0)],
+                         ids=["stock-recompute", "memory_saving-stock"])
+def test_resuming_in_another_variant_restores_every_value_by_path(tmp_path, first, second):
+    """Two steps in one variant, a checkpoint, resume in another: every weight, slot and
+    counter is the saved one (the variants order ``trainable_variables`` differently, so
+    positional slots fail here); the next steps run from there. Resuming in the same
+    variant repeats an unbroken run bit for bit."""
+    batches = _batches(4)
+    run = _Run(tmp_path / "run", **VARIANTS[first])
+    straight = _Run(tmp_path / "straight", **VARIANTS[first])
+    memory.copy_weights(run.model, straight.model)
+    for batch in batches[:2]:
+        run.train_step(batch)
+    path = run.ckpts.save(2)
+    resumed = _Run(tmp_path / "run", **VARIANTS[second])
+    assert resumed.ckpts.restore() == path
+    saved, restored = run.state(), resumed.state()
+    assert saved.keys() == restored.keys() and any("momentum" in name for name in saved)
+    for name in saved:
+        np.testing.assert_array_equal(restored[name], saved[name], err_msg=name)
+    for batch in batches[2:]:
+        resumed.train_step(batch)
+        run.train_step(batch)
+    assert int(resumed.step.numpy()) == 4 and int(resumed.optimizer.iterations) == 4
+    for batch in batches:
+        straight.train_step(batch)
+    unbroken, continued = straight.state(), run.state()
+    for name in unbroken:
+        np.testing.assert_array_equal(continued[name], unbroken[name], err_msg=name)
+
+
+@pytest.mark.parametrize("first,second", [("float32", "mixed_float16"),
+                                          ("mixed_float16", "float32")])
+def test_a_run_resumes_under_another_dtype_policy(tmp_path, first, second):
+    """Variables and slots are float32 under every policy, so a checkpoint carries over
+    exactly; a loss scale the checkpoint lacks starts afresh, one it has is restored."""
+    run = _Run(tmp_path, dtype_policy=first)
+    run.optimizer.iterations.assign(2)  # the values need not come from training
+    for variable in checkpoints.optimizer_state(run.optimizer, run.model)["momentum"].values():
+        variable.assign(tf.random.normal(variable.shape))
+    if first == "mixed_float16":
+        run.optimizer.dynamic_scale.assign(1024.0)
+    run.ckpts.save(2)
+    resumed = _Run(tmp_path, dtype_policy=second)
+    resumed.ckpts.restore()
+    saved = run.state()
+    for name, value in resumed.state().items():
+        np.testing.assert_array_equal(value, saved[name], err_msg=name)
+    if second == "mixed_float16":
+        assert float(resumed.optimizer.dynamic_scale) == 2.0 ** 15  # Keras' initial scale
+
+
+def test_a_checkpoint_without_optimizer_state_is_refused_for_training(tmp_path):
+    """A weights-only checkpoint (or one whose optimizer was saved by position) cannot
+    resume training exactly: one line naming it, not a silent fresh optimizer."""
+    run = _Run(tmp_path / "a")
+    path = checkpoints.Checkpoints(run.model, str(tmp_path / "b")).save(1)
+    with pytest.raises(InputError, match=r"entries missing \(e\.g\. (step|optimizer/)"):
+        run.ckpts.restore(path)
+
+
+def test_a_truncated_checkpoint_is_one_line_naming_it(tmp_path):
+    run = _Run(tmp_path)
+    path = run.ckpts.save(1)
+    with open(path + ".index", "r+b") as f:
+        f.truncate(20)
+    with pytest.raises(InputError, match=f"^tfseg: checkpoint {re.escape(path)} is damaged"):
+        run.ckpts.restore(path)

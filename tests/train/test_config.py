@@ -20,7 +20,8 @@ def test_names_match_the_data_and_model_packages():
     ("dataset", "foo"), ("scale_range", (2.0, 0.5)), ("scale_range", (0.0, 1.0)),
     ("data_service", "localhost:5000"), ("eval_every", -1), ("weight_decay", -1e-4),
     ("end_learning_rate", 1.0), ("lr_power", 0.0), ("num_summary_images", -1),
-    ("report_verify_seconds", -1.0),
+    ("report_verify_seconds", -1.0), ("weight_decay_type", "adamw"),
+    ("max_skipped_updates", 0),
 ])
 def test_bad_values_name_their_flag(field, value):
     with pytest.raises(InputError, match=f"^--{field}: "):

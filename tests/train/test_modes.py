@@ -82,7 +82,7 @@ def test_a_checkpoint_of_another_architecture_exits_2_naming_it(trained, tmp_pat
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert lines[0].startswith(f"main.py: error: tfseg: checkpoint {tmp_path}/ckpt-6 does not "
                                f"match the model")
-    assert "model weights missing (e.g. middle_unit2_" in lines[0]
+    assert "entries missing (e.g. weights/middle_unit2_" in lines[0]
 
 
 @pytest.mark.parametrize("mode,split", [("train", "train"), ("eval", "val")])

@@ -1,5 +1,6 @@
 """The training step's step counter under loss scaling, and the progress bar's memory peak."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -75,3 +76,49 @@ def test_memory_peak_reads_the_allocator_where_it_keeps_statistics(onednn, label
         line.split() for line in proc.stdout.strip().splitlines()[-2:])
     assert before_label == after_label == label
     assert float(after) - float(before) >= 512, proc.stdout
+
+
+def _one_step(config, batch, initial):
+    """Kernel values after one training step of ``config`` from the weights ``initial``,
+    and the step's loss."""
+    model = builders.model(config, 3)
+    model.set_weights(initial)
+    optimizer = builders.optimizer(config, model)
+    step = tf.Variable(0, dtype=tf.int64)
+    train_step = make_train_step(tf.distribute.get_strategy(), model, optimizer, PixelLoss(),
+                                 step, False, *builders.l2_weight_decay(config, model))
+    loss, _, _ = train_step(batch)
+    return model, {v.path: v.numpy() for v in model.trainable_variables}, float(loss)
+
+
+@pytest.mark.parametrize("decay_type", ["l2", "decoupled"])
+def test_weight_decay_moves_exactly_the_decayed_kernels(decay_type):
+    """One step from the same weights on the same batch, with and without decay: the
+    difference is ``-lr * wd * kernel`` on conv kernels and nothing on depthwise kernels,
+    norms and biases. L2 (research/deeplab's) also adds ``wd / 2 * sum(kernel ** 2)`` to
+    the loss, decoupled decay adds nothing."""
+    lr, wd = 0.1, 0.05
+    base = RunConfig(width_multiplier=0.25, middle_repeats=1, dropout=0.0, warmup_steps=0,
+                     train_steps=10, learning_rate=lr, end_learning_rate=lr, momentum=0.9,
+                     weight_decay_type=decay_type)
+    rng = np.random.default_rng(1)
+    batch = (tf.constant(rng.uniform(-1, 1, (2, 33, 33, 3)), tf.float32),
+             tf.constant(rng.integers(0, 3, (2, 33, 33)), tf.int32))
+    initial = builders.model(base, 3).get_weights()
+    model, plain, plain_loss = _one_step(dataclasses.replace(base, weight_decay=0.0), batch,
+                                         initial)
+    _, decayed, decayed_loss = _one_step(dataclasses.replace(base, weight_decay=wd), batch,
+                                         initial)
+    start = dict(zip((v.path for v in model.weights), initial))
+    depthwise = {layer.kernel.path for layer in model._flatten_layers()
+                 if isinstance(layer, keras.layers.DepthwiseConv2D)}
+    assert depthwise and any(len(start[p].shape) == 4 and p not in depthwise for p in plain)
+    for path in plain:
+        expected = 0.0 if path in depthwise or plain[path].ndim <= 1 else (
+            -lr * wd * start[path])
+        np.testing.assert_allclose(decayed[path] - plain[path], expected, atol=2e-6,
+                                   err_msg=path)
+    penalty = 0.5 * wd * sum(float(np.sum(start[p] ** 2)) for p in plain
+                             if plain[p].ndim > 1 and p not in depthwise)
+    assert decayed_loss - plain_loss == pytest.approx(
+        penalty if decay_type == "l2" else 0.0, rel=1e-4, abs=1e-5)

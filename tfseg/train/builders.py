@@ -76,27 +76,48 @@ def model(config, num_classes, norm=None):
     )
 
 
-def optimizer(config, model_):
-    """Built SGD + momentum on the warm-up/poly schedule, decoupled weight decay on kernels only.
+def decayed_kernels(model_):
+    """The variables weight decay applies to: conv and dense kernels, as in research/deeplab.
 
-    Weight decay is the optimizer's (``variable -= lr * wd * variable``), which
-    is the same on any number of replicas; norm scales/offsets and biases (the
-    1-D variables) are excluded. Under ``mixed_float16`` the optimizer is
-    wrapped in a ``LossScaleOptimizer``, which also skips non-finite updates.
+    Depthwise kernels are left out (research/deeplab's ``regularize_depthwise=False``),
+    and so are norm scales/offsets and biases (the 1-D variables).
+    """
+    depthwise = {id(layer.kernel) for layer in model_._flatten_layers()
+                 if isinstance(layer, keras.layers.DepthwiseConv2D)}
+    return [v for v in model_.trainable_variables
+            if len(v.shape) > 1 and id(v) not in depthwise]
+
+
+def optimizer(config, model_):
+    """Built SGD + momentum on the warm-up/poly schedule.
+
+    With ``weight_decay_type="decoupled"`` the optimizer decays ``decayed_kernels``
+    (``variable -= lr * wd * variable``, the same on any number of replicas);
+    "l2" is a loss term instead (``step.l2_penalty``), and the optimizer has none.
+    Under ``mixed_float16`` the optimizer is wrapped in a ``LossScaleOptimizer``,
+    which also skips non-finite updates.
     """
     schedule = WarmupPolyDecay(config.learning_rate, config.train_steps, config.warmup_steps,
                                config.end_learning_rate, config.lr_power)
-    sgd = keras.optimizers.SGD(schedule, momentum=config.momentum,
-                               weight_decay=config.weight_decay or None)
-    if config.weight_decay:
+    decoupled = config.weight_decay if config.weight_decay_type == "decoupled" else 0.0
+    sgd = keras.optimizers.SGD(schedule, momentum=config.momentum, weight_decay=decoupled or None)
+    if decoupled:
+        decayed = {id(v) for v in decayed_kernels(model_)}
         sgd.exclude_from_weight_decay(
-            var_list=[v for v in model_.trainable_variables if len(v.shape) <= 1])
+            var_list=[v for v in model_.trainable_variables if id(v) not in decayed])
     if config.dtype_policy == "mixed_float16":
         sgd = keras.optimizers.LossScaleOptimizer(sgd)
     # Built now (under the caller's strategy scope): a restore then fills the momentum
     # slots at once, and no variable is created inside the distributed step's tf.cond.
     sgd.build(model_.trainable_variables)
     return sgd
+
+
+def l2_weight_decay(config, model_):
+    """(weight, kernels) of the L2 loss term, or (0.0, []) when decay is decoupled or off."""
+    if config.weight_decay_type != "l2" or not config.weight_decay:
+        return 0.0, []
+    return config.weight_decay, decayed_kernels(model_)
 
 
 def data_config(config, training, batch_size=None):

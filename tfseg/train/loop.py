@@ -99,7 +99,8 @@ def train(config, log=print):
         builders.data_config(config, training=True), training=True)
     batches = data_lib.iterate(data_lib.distribute(dataset.repeat(), strategy))
     train_step = make_train_step(strategy, model, optimizer, PixelLoss(config.class_weights),
-                                 step, config.jit_compile)
+                                 step, config.jit_compile,
+                                 *builders.l2_weight_decay(config, model))
     evaluate = periodic_eval(config, model, source, ckpts.chief)
     writer = (tf.summary.create_file_writer(os.path.join(config.model_dir, "train"))
               if ckpts.chief else tf.summary.create_noop_writer())

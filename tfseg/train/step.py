@@ -38,8 +38,21 @@ class PixelLoss:
         return total / tf.maximum(count, 1.0)
 
 
-def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False):
+def l2_penalty(weight_decay, kernels):
+    """research/deeplab's ``l2_regularizer``: ``weight_decay / 2 * sum(kernel ** 2)``.
+
+    Its gradient ``weight_decay * kernel`` joins the data gradient, so it goes
+    through momentum (unlike the optimizer's decoupled decay).
+    """
+    return 0.5 * weight_decay * tf.add_n([tf.reduce_sum(tf.square(v.value)) for v in kernels])
+
+
+def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False,
+                    weight_decay=0.0, decayed=()):
     """A tf.function: one distributed batch -> (loss, finite flag, replica 0's predictions).
+
+    The loss is ``loss_fn``'s plus, with ``decayed`` kernels, ``l2_penalty``:
+    each replica adds its share, so the summed gradients hold it once.
 
     Gradients are computed in one ``strategy.run`` and applied in a second one
     only when the loss and every gradient on every replica are finite, so a NaN
@@ -62,6 +75,8 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
         with tf.GradientTape() as tape:
             logits = model(images, training=True)
             loss = loss_fn(labels, logits)
+            if decayed:
+                loss += l2_penalty(weight_decay, decayed) / strategy.num_replicas_in_sync
             scaled = optimizer.scale_loss(loss)
         grads = tape.gradient(scaled, variables)
         finite = tf.math.is_finite(loss)
