@@ -19,15 +19,26 @@ from absl import app, flags  # noqa: E402
 
 from tfseg.errors import InputError, NonFiniteLoss  # noqa: E402  (no TensorFlow import)
 from tfseg.train.config import RunConfig  # noqa: E402
+from tfseg.train.signals import StopRequest  # noqa: E402
 
 DEFAULTS = RunConfig()
 
 
 def run_train(config):
-    from tfseg.train import loop
+    # Caught from here on, TensorFlow's import included: a signal at any point of the
+    # set-up ends the run cleanly (exit 0) instead of killing it mid-way.
+    with StopRequest() as stop:
+        from tfseg.train import loop
 
-    # A run stopped by SIGTERM/SIGINT has saved its checkpoint: that is a clean exit too.
-    return loop.train(config)
+        result = loop.train(config, stop=stop)
+    if result["stopped_by"]:
+        # Saved, logged and unlocked: exit now. A normal exit would first wind down the
+        # input pipeline's threads and TF's runtime, which took over a minute on a loaded
+        # machine, past a cluster manager's grace period before SIGKILL (~30 s).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    return result
 
 
 def run_eval(config):
@@ -37,8 +48,8 @@ def run_eval(config):
 
 
 def run_train_and_eval(config):
-    if run_train(config)["stopped_by"] is None:
-        run_eval(config)
+    run_train(config)  # exits at once if stopped by a signal
+    run_eval(config)
 
 
 def run_predict(config):
@@ -74,24 +85,15 @@ def run_convert(config):
 
 def run_report(config):
     """Stock vs memory-saving vs recompute, measured side by side for the training
-    step these flags describe (crop size, batch, model, dtype)."""
+    step these flags describe (crop size, batch, model, dtype, strategy, optimizer,
+    weight decay, class weights, jit)."""
     from tfseg import report
     from tfseg.evaluation.loading import num_classes
-    from tfseg.memory.measure import StepConfig
+    from tfseg.profile.measure import StepConfig
 
-    step = StepConfig(
-        num_classes=num_classes(config),
-        output_stride=config.output_stride,
-        norm=config.norm,
-        width_multiplier=config.width_multiplier,
-        middle_repeats=config.middle_repeats,
-        height=config.crop_size[0],
-        width=config.crop_size[1],
-        batch=config.batch_size,
-        jit_compile=config.jit_compile,
-        dtype_policy=config.dtype_policy,
-        timed_steps=1,
-    )
+    # The step --mode=train with these flags runs: model, crop, batch, dtype policy,
+    # strategy, jit, optimizer, weight decay (and its type) and class weights.
+    step = StepConfig.from_run_config(config, num_classes(config), timed_steps=1)
     out_dir = config.report_dir or os.path.join(config.model_dir, "report")
     result = report.run(
         report.ReportConfig(

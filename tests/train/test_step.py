@@ -1,4 +1,5 @@
-"""The training step's step counter under loss scaling, and the progress bar's memory peak."""
+"""The training step: its step counter and skipped updates under loss scaling, weight decay,
+and the progress bar's memory peak."""
 
 import dataclasses
 import os
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfseg.train import builders
+from tfseg.errors import NonFiniteLoss
+from tfseg.train import builders, loop
 from tfseg.train.config import RunConfig
 from tfseg.train.step import PixelLoss, make_train_step
 
@@ -61,6 +63,10 @@ print(label, before)
 # parent's (it is kept across fork and exec), which may be large.
 x = tf.fill([int(before) + 1024, 256, 1024], 1.0)
 print(*loop.memory_peak())
+del x
+loop.memory_peak()  # a reading restarts the peak at what is in use then: x was, now it is not
+small = tf.fill([1024, 1024], 2.0)
+print(*loop.memory_peak())
 """
 
 
@@ -68,14 +74,18 @@ print(*loop.memory_peak())
 def test_memory_peak_reads_the_allocator_where_it_keeps_statistics(onednn, label):
     """Only oneDNN's CPU allocator keeps statistics; without it the progress bar falls
     back to the process's peak resident size, labelled as such. Either way a tensor
-    larger than the peak so far raises it."""
+    larger than the peak so far raises it; the allocator's peak restarts at each reading."""
     env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=onednn, TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT], capture_output=True, text=True,
                           env=env, timeout=120, check=True)
-    (before_label, before), (after_label, after) = (
-        line.split() for line in proc.stdout.strip().splitlines()[-2:])
+    (before_label, before), (after_label, after), (_, later) = (
+        line.split() for line in proc.stdout.strip().splitlines()[-3:])
     assert before_label == after_label == label
     assert float(after) - float(before) >= 512, proc.stdout
+    if label == "cpu_peak_MiB":
+        # The allocator's peak is the step's (since the last reading), not the run's;
+        # the resident size's high-water mark cannot be reset.
+        assert float(later) < float(after) - 512, proc.stdout
 
 
 def _one_step(config, batch, initial):
@@ -122,3 +132,35 @@ def test_weight_decay_moves_exactly_the_decayed_kernels(decay_type):
                              if plain[p].ndim > 1 and p not in depthwise)
     assert decayed_loss - plain_loss == pytest.approx(
         penalty if decay_type == "l2" else 0.0, rel=1e-4, abs=1e-5)
+
+
+def test_updates_skipped_in_a_row_stop_the_run(mixed_float16):
+    """A step whose gradients are always NaN (the loss is finite) never advances under
+    loss scaling; the loop's counter logs it and raises ``NonFiniteLoss`` (exit 3) after
+    --max_skipped_updates instead of looping in silence."""
+    @tf.custom_gradient
+    def nan_gradient(x):
+        return tf.identity(x), lambda dy: dy * float("nan")
+
+    inputs = keras.Input((5, 7, 3))
+    logits = keras.layers.Conv2D(3, 1)(inputs)
+    model = keras.Model(inputs, keras.layers.Lambda(nan_gradient, dtype="float32")(logits))
+    optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1, momentum=0.9))
+    optimizer.build(model.trainable_variables)
+    step = tf.Variable(0, dtype=tf.int64)
+    train_step = make_train_step(tf.distribute.get_strategy(), model, optimizer, PixelLoss(),
+                                 step)
+    batch = (tf.ones((2, 5, 7, 3)), tf.zeros((2, 5, 7), tf.int32))
+    lines = []
+    skipped = loop.SkippedUpdates(limit=12, log=lines.append)
+    with pytest.raises(NonFiniteLoss, match=r"^12 updates in a row skipped .* at step 1 "
+                                            r"\(--max_skipped_updates=12\).*checkpoint is ckpt-7"):
+        for _ in range(100):
+            loss, finite, _ = train_step(batch)
+            assert bool(finite) and np.isfinite(float(loss))
+            skipped(int(step.numpy()) > 0, int(step.numpy()), optimizer, "ckpt-7")
+    assert int(step.numpy()) == 0 and skipped.count == 12
+    assert [line.split(":")[0].strip() for line in lines] == ["step 1"] * 2  # 1st and 10th
+    assert "update skipped, non-finite gradients (10 in a row" in lines[1]
+    skipped(True, 1, optimizer, "ckpt-7")  # an applied update resets the count
+    assert skipped.count == 0

@@ -1,5 +1,6 @@
 """The training loop: resume, step, log, evaluate, checkpoint; stop cleanly on signals or NaN."""
 
+import contextlib
 import os
 import resource
 import sys
@@ -12,6 +13,7 @@ import tensorflow as tf
 from tfseg import data as data_lib
 from tfseg.errors import InputError, NonFiniteLoss
 from tfseg.train import builders, checkpoints, summaries
+from tfseg.train.lock import ModelDirLock
 from tfseg.train.signals import StopRequest
 from tfseg.train.step import PixelLoss, make_train_step
 
@@ -19,8 +21,8 @@ PEAK_LABELS = ("gpu_peak_MiB", "cpu_peak_MiB", "rss_peak_MiB")
 
 
 def memory_peak():
-    """(label, MiB): TF's allocator peak (GPU:0, else CPU:0) where it keeps one, else the
-    process's peak resident set size, labelled as such.
+    """(label, MiB): TF's allocator peak (GPU:0, else CPU:0) since the last call, where it
+    keeps one, else the process's peak resident set size so far, labelled as such.
 
     The CPU allocator keeps no statistics unless oneDNN is on: ``get_memory_info``
     then raises or reports 0, which the progress bar used to show as a peak of 0.
@@ -33,9 +35,42 @@ def memory_peak():
     except (ValueError, tf.errors.OpError):
         peak = 0
     if peak > 0:
+        # Each reading is the peak since the one before (the last log line), not the run's.
+        tf.config.experimental.reset_memory_stats(device)
         return f"{device[:3].lower()}_peak_MiB", peak / 2**20
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return "rss_peak_MiB", rss / (2**20 if sys.platform == "darwin" else 2**10)
+
+
+class SkippedUpdates:
+    """Counts updates in a row that the loss-scale optimizer skipped (``mixed_float16``:
+    non-finite gradients), logs them, and stops the run after ``limit``.
+
+    A skipped update does not advance the step, and logging and saving happen only
+    on an advance: gradients that stay non-finite would loop forever in silence.
+    """
+
+    def __init__(self, limit, log=print):
+        self.limit = limit
+        self.log = log
+        self.count = 0
+
+    def __call__(self, advanced, step, optimizer, last_checkpoint):
+        """Call after each step: ``advanced`` is whether it applied its update."""
+        if advanced:
+            self.count = 0
+            return
+        self.count += 1
+        scale = float(getattr(optimizer, "dynamic_scale", float("nan")))
+        if self.count == 1 or self.count % 10 == 0:
+            self.log(f"\nstep {step + 1}: update skipped, non-finite gradients "
+                     f"({self.count} in a row; loss scale now {scale:g})")
+        if self.count >= self.limit:
+            raise NonFiniteLoss(
+                f"{self.count} updates in a row skipped for non-finite gradients at step "
+                f"{step + 1} (--max_skipped_updates={self.limit}): stopped; the last good "
+                f"checkpoint is {last_checkpoint or '(none)'}. Lower --learning_rate or use "
+                f"--dtype_policy=float32 or mixed_bfloat16.")
 
 
 def build(config, strategy):
@@ -64,23 +99,41 @@ def periodic_eval(config, model, source, chief):
     return PeriodicEval(config, model, source.class_names)
 
 
-def train(config, log=print):
+def train(config, log=print, stop=None):
     """Trains until ``config.train_steps``, resuming from ``config.model_dir``.
+
+    SIGTERM/SIGINT are caught from the start (``stop``: a ``StopRequest`` the
+    caller entered earlier, else one of its own): during set-up they end the run
+    before its first step; in training, after the step under way, with a save.
 
     Returns:
       A dict: "step" reached, "loss" (last), "stopped_by" (None, "SIGTERM", "SIGINT"),
       "checkpoint" (the last saved path).
 
     Raises:
-      NonFiniteLoss: the loss was NaN/Inf (nothing is saved after the last good step).
+      NonFiniteLoss: the loss was NaN/Inf, or too many updates in a row were skipped
+        (nothing is saved after the last good step).
+      InputError: bad flags or files, or another run holds ``model_dir``.
     """
-    strategy = builders.strategy(config)
-    if config.batch_size < strategy.num_replicas_in_sync:
-        # A replica with an empty batch has no batch statistics: its norm gives NaN.
-        raise InputError(f"--batch_size: {config.batch_size} is less than the "
-                         f"{strategy.num_replicas_in_sync} replicas; give each at least one image")
+    with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
+        strategy = builders.strategy(config)
+        if config.batch_size < strategy.num_replicas_in_sync:
+            # A replica with an empty batch has no batch statistics: its norm gives NaN.
+            raise InputError(f"--batch_size: {config.batch_size} is less than the "
+                             f"{strategy.num_replicas_in_sync} replicas; give each at least "
+                             f"one image")
+        # Only the chief writes model_dir; the other workers' scratch folders are their own.
+        lock = ModelDirLock(config.model_dir, log) if checkpoints.is_chief(strategy) else (
+            contextlib.nullcontext())
+        with lock:
+            return _train(config, strategy, stop, log)
+
+
+def _train(config, strategy, stop, log):
     builders.set_dtype_policy(config)
     source, model, optimizer, step, ckpts, norm = build(config, strategy)
+    if ckpts.chief:
+        ckpts.remove_leftovers()  # of saves a kill interrupted; we hold the folder's lock
     restored = ckpts.restore()
     start = int(step.numpy())
     log(f"{model.name}: {model.count_params():,} parameters, {source.num_classes} classes, "
@@ -90,9 +143,14 @@ def train(config, log=print):
         # Class names and palette too: predict and export then need no data set.
         checkpoints.save_config(config, config.model_dir, class_names=list(source.class_names),
                                 palette=np.asarray(source.palette).tolist())
+    result = dict(step=start, loss=None, stopped_by=None, checkpoint=restored)
     if start >= config.train_steps:
         log(f"already trained to step {start} (--train_steps={config.train_steps})")
-        return dict(step=start, loss=None, stopped_by=None, checkpoint=restored)
+        return result
+    if stop:
+        result["stopped_by"] = stop.signal
+        log(f"{stop.signal} during set-up: stopped before the first step; nothing to save")
+        return result
 
     # Outside the strategy's scope: the counters are this host's, not mirrored.
     dataset, data_stats = data_lib.build_dataset_with_stats(
@@ -106,11 +164,11 @@ def train(config, log=print):
               if ckpts.chief else tf.summary.create_noop_writer())
     progbar = keras.utils.Progbar(config.train_steps - start, interval=0.0,
                                   stateful_metrics=["lr", "img/s", *PEAK_LABELS])
-    result = dict(step=start, loss=None, stopped_by=None, checkpoint=restored)
     window_start, window_steps = time.perf_counter(), 0
     saved_at = start if restored else None  # the step whose checkpoint is on disk
+    skipped = SkippedUpdates(config.max_skipped_updates, log)
 
-    with StopRequest() as stop, writer.as_default():
+    with writer.as_default():
         while int(step.numpy()) < config.train_steps:
             batch = next(batches)
             loss, finite, predictions = train_step(batch)
@@ -124,6 +182,7 @@ def train(config, log=print):
                     f"--warmup_steps.")
             # False when the loss-scale optimizer skipped the update: nothing to log or save.
             advanced = current > result["step"]
+            skipped(advanced, current, optimizer, ckpts.latest)
             window_steps += 1
             result.update(step=current, loss=loss)
             if advanced and (current % config.log_every == 0 or current == config.train_steps):
