@@ -140,6 +140,8 @@ flags.DEFINE_list("scale_range", list(map(str, d.scale_range)), "Random scale MI
 flags.DEFINE_bool("jitter", d.jitter, "Photometric jitter.")
 flags.DEFINE_bool("cache", d.cache, "Cache decoded training images in memory (refused "
                   "when the split would not fit).")
+flags.DEFINE_float("cache_max_gb", d.cache_max_gb, "--cache is refused when the decoded "
+                   "training split would take more than this (or than the free memory).")
 flags.DEFINE_integer("seed", d.seed, "Data seed (-1: fresh randomness).")
 flags.DEFINE_string("data_service", d.data_service, "grpc://HOST:PORT of a tf.data service "
                     "dispatcher for the training input (default: in-process).")

@@ -153,3 +153,28 @@ def test_config_validation_and_stats_with_service(synthetic_root):
     with pytest.raises(ValueError, match="service"):
         build_dataset(_config(synthetic_root, data_service="grpc://localhost:1"), True,
                       DataStats())
+
+
+_PLACEMENT = """
+import tensorflow as tf
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from tfseg.data import distribute
+dataset = tf.data.Dataset.from_tensors((tf.zeros([2, 5, 7, 3]), tf.zeros([2, 5, 7], tf.int32)))
+default = next(iter(distribute(dataset.repeat(), tf.distribute.get_strategy(), "/cpu:1")))
+one = tf.distribute.OneDeviceStrategy("/cpu:1")
+single = next(iter(distribute(dataset.repeat(), one)))
+print(default[0].device, default[1].device, single[0].device)
+"""
+
+
+def test_batches_reach_the_intended_device():
+    """With the default strategy, ``experimental_distribute_dataset`` returns the dataset
+    unchanged (nothing would be prefetched to a GPU); ``distribute`` prefetches onto the
+    named device then, and a strategy's device otherwise. Two logical CPUs stand in for a
+    GPU: a fresh process, since logical devices must be set before TensorFlow starts."""
+    proc = subprocess.run([sys.executable, "-c", _PLACEMENT], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    devices = proc.stdout.split()
+    assert len(devices) == 3 and all(d.endswith("/device:CPU:1") for d in devices), devices

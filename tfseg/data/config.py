@@ -25,12 +25,21 @@ class DataConfig:
       scale_range: training random scale (min, max).
       flip: training random horizontal flip.
       jitter: training photometric jitter.
-      cache: False, True (in memory) or a file path prefix; caches decoded
-        examples before augmentation.
+      cache: False (default), True (in memory) or a file path prefix (on
+        disk); caches decoded full-size examples before augmentation. In
+        memory, a split whose decoded size (estimated from the image file
+        headers, or TFRecord metadata) is over ``cache_max_gb`` or the host's
+        MemAvailable is refused with an ``InputError``; training then
+        reshuffles the whole split every epoch (a buffer of references into
+        the cache). A file cache keeps the first epoch's order, mixed by
+        ``shuffle_buffer``.
+      cache_max_gb: bound, in GB (1e9 bytes), on an in-memory cache (default
+        4.0: VOC train or CamVid fit, Cityscapes train, ~25 GB, does not).
       deterministic: keep element order fixed under parallelism (with a seed,
         training batches are then reproducible).
-      shuffle_buffer: element shuffle buffer, used where the file order cannot
-        be shuffled instead (after a cache, and for TFRecords).
+      shuffle_buffer: element shuffle buffer for a file cache and for
+        TFRecords (whose shard order is shuffled too). Training on files
+        always shuffles the whole file list each epoch, before decoding.
       skip_bad_examples: log, count and drop bad files (for "tfrecord": the
         unreadable records of a corrupt shard) instead of failing.
       data_service: "grpc://HOST:PORT" of a tf.data service dispatcher to run
@@ -47,6 +56,7 @@ class DataConfig:
     flip: bool = True
     jitter: bool = False
     cache: Union[bool, str] = False
+    cache_max_gb: float = 4.0
     deterministic: bool = False
     shuffle_buffer: int = 64
     skip_bad_examples: bool = False
@@ -60,6 +70,8 @@ class DataConfig:
             raise InputError(f"tfseg: crop_size must be at least 2x2, got {self.crop_size}")
         if not 0 < self.scale_range[0] <= self.scale_range[1]:
             raise InputError(f"tfseg: bad scale_range {self.scale_range}")
+        if not self.cache_max_gb > 0:
+            raise InputError(f"tfseg: cache_max_gb must be > 0, got {self.cache_max_gb}")
         if self.batch_size < 1:
             raise InputError(f"tfseg: batch_size must be >= 1, got {self.batch_size}")
         if self.data_service is not None and not self.data_service.startswith("grpc://"):

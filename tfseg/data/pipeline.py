@@ -1,16 +1,29 @@
 """Build the tf.data input pipeline from a ``DataConfig``.
 
-Order of stages (training): file list -> shuffle file list -> parallel
+Order of stages (training): file list -> shuffle the whole file list (every
+epoch, before decoding: Cityscapes files are sorted by city, so anything less
+global would fill a batch from one or two cities) -> parallel
 read+decode+label mapping -> [cache -> shuffle] -> augment with per-element
-stateless seeds -> batch -> [tf.data service] -> prefetch. File-list shuffling
-is free; element shuffling is only used where the file order is frozen.
+stateless seeds -> batch -> [tf.data service] -> prefetch. TFRecords shuffle
+their shard order, interleave shards, then use a ``shuffle_buffer``.
+
+No cache by default: decoded full-size images are large (Cityscapes train:
+~25 GB). ``cache=True`` (in memory) is refused before any decoding when the
+split's decoded size, estimated from file headers (``footprint``), exceeds
+``cache_max_gb`` or MemAvailable. A cache freezes the order of the epoch that
+filled it, so after an in-memory cache a shuffle buffer of the whole split
+reshuffles every epoch (it holds references to the cached tensors, not
+copies; the first batch waits until the whole split is decoded). A file
+cache (``cache="prefix"``) needs no memory bound; a buffer of the whole split
+read back from disk would hold it all in memory, so it keeps the first
+epoch's (shuffled) order, mixed by ``shuffle_buffer``.
 """
 
 import os
 
 import tensorflow as tf
 
-from tfseg.data import camvid, cityscapes, tfrecords, voc
+from tfseg.data import camvid, cityscapes, footprint, tfrecords, voc
 from tfseg.data.decode import decode_pairs, pairs_dataset
 from tfseg.data.source import IGNORE_LABEL, Source, as_int32
 from tfseg.data.stats import DataStats
@@ -48,24 +61,36 @@ def class_names(config):
 
 
 def _examples(config, training, stats):
-    """(examples, finish): decoded (image uint8 [H, W, 3], label) in file or shuffled order.
+    """(examples, finish, size): decoded (image uint8 [H, W, 3], label) in file or shuffled order.
 
     Labels come as stored ids where the source allows it; ``finish(label)``
     maps them to int32 train ids, and is applied after the crop in training
     (a per-pixel lookup commutes with nearest-neighbour cropping).
+    ``size()`` gives (examples, decoded bytes) without decoding anything.
     """
     deterministic = config.deterministic or not training
     if config.dataset == "tfrecord":
         examples = tfrecords.read_train_ids(config.root, config.split, training, config.seed,
                                             deterministic, config.skip_bad_examples, stats)
-        return examples, as_int32
+        return examples, as_int32, lambda: tfrecords.decoded_size(config.root, config.split)
     source = get_source(config)
     files = pairs_dataset(source.pairs)
-    if training and not config.cache:
+    if training:  # paths only: shuffling the whole list costs nothing
         files = files.shuffle(len(source.pairs), seed=config.seed, reshuffle_each_iteration=True)
     examples, finish = decode_pairs(files, source, config.skip_bad_examples, stats,
                                     deterministic=deterministic)
-    return examples.map(lambda image, label, path: (image, label)), finish
+    return (examples.map(lambda image, label, path: (image, label)), finish,
+            lambda: (len(source.pairs), footprint.decoded_bytes(source)))
+
+
+def _cache(examples, config, size):
+    """(examples cached as ``config.cache`` says, the number of examples if in memory)."""
+    if config.cache is True:
+        count, estimate = size()
+        footprint.require_cache_fits(f"the {config.dataset} {config.split} split in {config.root}",
+                                     count, estimate, config.cache_max_gb)
+        return examples.cache(), count
+    return (examples.cache(config.cache) if config.cache else examples), None
 
 
 def build_dataset(config, training, stats=None):
@@ -85,11 +110,13 @@ def build_dataset(config, training, stats=None):
     """
     if stats is not None and config.data_service:
         raise ValueError("tfseg: DataStats cannot count on tf.data service workers")
-    examples, finish = _examples(config, training, stats)
-    if config.cache:
-        examples = examples.cache("" if config.cache is True else config.cache)
+    examples, finish, size = _examples(config, training, stats)
+    examples, in_memory = _cache(examples, config, size)
     if training:
-        if config.cache or config.dataset == "tfrecord":
+        if in_memory is not None:  # references into the cache: the whole split is cheap
+            examples = examples.shuffle(max(in_memory, 1), seed=config.seed,
+                                        reshuffle_each_iteration=True)
+        elif config.cache or config.dataset == "tfrecord":
             examples = examples.shuffle(config.shuffle_buffer, seed=config.seed,
                                         reshuffle_each_iteration=True)
 
@@ -126,12 +153,21 @@ def build_dataset_with_stats(config, training):
     return build_dataset(config, training, stats), stats
 
 
-def distribute(dataset, strategy):
-    """Distribute ``dataset`` with ``strategy``, prefetching batches onto the device.
+def distribute(dataset, strategy, device=None):
+    """Distribute ``dataset`` with ``strategy``, prefetching batches onto the device, so
+    the host->device copy overlaps the step.
 
-    Uses ``InputOptions(experimental_fetch_to_device=True)`` (the successor to
-    ``prefetch_to_device``), so the host->device copy overlaps the step.
+    A real strategy does it with ``InputOptions(experimental_fetch_to_device=True)``.
+    The default strategy (no ``tf.distribute`` scope) returns the dataset unchanged
+    from ``experimental_distribute_dataset``, so batches would reach the GPU only when
+    the step reads them: it gets ``prefetch_to_device`` onto ``device`` (default: the
+    first GPU; none on a machine without one, where batches are already on the CPU).
     """
+    if not tf.distribute.has_strategy() and strategy is tf.distribute.get_strategy():
+        gpus = tf.config.list_logical_devices("GPU")
+        device = device or (gpus[0].name if gpus else None)
+        return dataset.apply(tf.data.experimental.prefetch_to_device(device)) if device else (
+            dataset)
     return strategy.experimental_distribute_dataset(
         dataset, tf.distribute.InputOptions(experimental_fetch_to_device=True))
 

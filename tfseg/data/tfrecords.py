@@ -6,7 +6,8 @@ per-format logic. Two storage modes:
     small, and decode is still parallel on the reading side.
   raw: decoded uint8 pixels; ~10x larger on disk but no decode at all, for
     when decode is the bottleneck and storage is cheap.
-A ``{split}.json`` next to the shards records the mode and class metadata.
+A ``{split}.json`` next to the shards records the mode, record and pixel
+counts and class metadata.
 """
 
 import glob
@@ -78,6 +79,7 @@ def write_tfrecords(source, out_dir, split, num_shards=4, raw=False, skip_bad_ex
                    for i in range(num_shards)]
     iterator = iter(examples.prefetch(tf.data.AUTOTUNE))
     sizes = {}
+    pixels = 0
     for shard, path in enumerate(shard_paths):
         sizes[os.path.basename(path)] = 0
         with tf.io.TFRecordWriter(path) as writer:
@@ -94,10 +96,13 @@ def write_tfrecords(source, out_dir, split, num_shards=4, raw=False, skip_bad_ex
                     "filename": _bytes(filename),
                 })).SerializeToString())
                 sizes[os.path.basename(path)] += 1
+                pixels += int(height) * int(width)
     # Record counts per shard let the reader tell a shard cut short by a
-    # corrupt record from one that simply ended (see ``_shard_examples``).
+    # corrupt record from one that simply ended (see ``_shard_examples``); the
+    # pixel count sizes an in-memory cache without reading the shards.
     with open(os.path.join(out_dir, split + ".json"), "w") as f:
         json.dump(dict(raw=raw, num_examples=sum(sizes.values()), shard_sizes=sizes,
+                       pixels=pixels,
                        source=source.name, class_names=list(source.class_names),
                        palette=np.asarray(source.palette).tolist(),
                        conversion_stats=stats.as_dict()), f)
@@ -111,6 +116,17 @@ def read_metadata(data_dir, split):
         raise FileNotFoundError(f"tfseg: TFRecord metadata not found: {path}")
     with open(path) as f:
         return json.load(f)
+
+
+def decoded_size(data_dir, split):
+    """(examples, bytes) of the split as ``read_train_ids`` yields it (uint8 image and
+    label: 4 bytes a pixel), from the metadata."""
+    meta = read_metadata(data_dir, split)
+    if "pixels" not in meta:
+        raise InputError(f"tfseg: {os.path.join(data_dir, split + '.json')} has no pixel count "
+                         f"(written by an older tfseg?); convert the data again to cache it "
+                         f"in memory, or cache on disk (cache=\"path/prefix\")")
+    return meta["num_examples"], meta["pixels"] * 4
 
 
 def shard_files(data_dir, split):

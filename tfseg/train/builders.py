@@ -136,6 +136,7 @@ def data_config(config, training, batch_size=None):
         scale_range=tuple(config.scale_range),
         jitter=config.jitter,
         cache=config.cache and training,
+        cache_max_gb=config.cache_max_gb,
         deterministic=config.deterministic,
         skip_bad_examples=config.skip_bad_examples,
         data_service=(config.data_service or None) if training else None,

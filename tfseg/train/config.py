@@ -79,6 +79,7 @@ class RunConfig:
     scale_range: Tuple[float, float] = (0.5, 2.0)
     jitter: bool = False
     cache: bool = False
+    cache_max_gb: float = 4.0
     seed: Optional[int] = 0
     data_service: str = ""
     deterministic: bool = False
@@ -143,6 +144,7 @@ class RunConfig:
               f"{','.join(map(str, self.scale_range))}")
         check(not self.data_service or self.data_service.startswith("grpc://"), "data_service",
               f"must look like grpc://HOST:PORT, got {self.data_service!r}")
+        check(self.cache_max_gb > 0, "cache_max_gb", "must be > 0")
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
         check(self.output_stride in (8, 16, 32), "output_stride",
               f"must be 8, 16 or 32, got {self.output_stride}")
