@@ -1,8 +1,10 @@
 """Training-step memory and time: stock Keras layers vs tfseg's memory-saving twins.
 
-Full DeepLabv3+ / Xception-65, 21 classes, OS16, momentum SGD, one full training
-step (forward, backward, update), each variant measured in its own fresh process
-(see tfseg/memory/measure.py for the recipe). Prints a table with ratios to stock
+Full DeepLabv3+ / Xception-65, 21 classes, OS16, one full training step as
+`--mode=train` runs it (`tfseg.train.step.make_train_step`: forward, backward,
+finite check, update; SGD momentum 0.9 and L2 weight decay 4e-5, the training
+defaults), each variant measured in its own fresh process (see
+tfseg/profile/measure.py for the recipe). Prints a table with ratios to stock
 and one JSON line.
 
     python benchmarks/memory.py                    # 513x513, batch 2, fp32
@@ -18,7 +20,7 @@ import dataclasses
 import json
 import sys
 
-from tfseg.memory.measure import StepConfig, measure_repeats
+from tfseg.profile.measure import StepConfig, measure_repeats
 from tfseg.models.xception import DEFAULT_RECOMPUTE
 
 # (peak over base, step time), each as a ratio to stock's.
@@ -37,6 +39,9 @@ def variants(args):
         middle_repeats=args.middle_repeats,
         norm=args.norm,
         timed_steps=args.timed_steps,
+        momentum=args.momentum,
+        weight_decay=args.weight_decay,
+        weight_decay_type=args.weight_decay_type,
     )
     rows = {
         "stock": base,
@@ -94,6 +99,10 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3,
                         help="fresh processes per variant (the median is reported)")
     parser.add_argument("--timed_steps", type=int, default=1)
+    parser.add_argument("--momentum", type=float, default=StepConfig.momentum)
+    parser.add_argument("--weight_decay", type=float, default=StepConfig.weight_decay)
+    parser.add_argument("--weight_decay_type", default=StepConfig.weight_decay_type,
+                        choices=["l2", "decoupled"])
     parser.add_argument("--variants", nargs="*", help="subset of variants to run")
     parser.add_argument("--recompute", nargs="*", default=DEFAULT_RECOMPUTE,
                         help="backbone blocks the recompute variant recomputes")

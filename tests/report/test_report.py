@@ -9,8 +9,8 @@ import tensorflow as tf
 from PIL import Image
 
 from tfseg import report
-from tfseg.memory.measure import StepConfig
-from tfseg.memory.simulate import simulate
+from tfseg.profile.measure import StepConfig
+from tfseg.profile.simulate import simulate
 from tfseg.models.xception import DEFAULT_RECOMPUTE
 from tfseg.report import planner, render
 
@@ -69,7 +69,7 @@ def assert_complete_report(result, step):
     assert saving["accounted"]["activation_bytes"] < 0.6 * stock["accounted"]["activation_bytes"]
 
 
-# The tests that measure in fresh processes (also tests/memory/test_measure.py) form
+# The tests that measure in fresh processes (also tests/profile/test_measure.py) form
 # one xdist group: with `--dist loadgroup` they run one after the other on one
 # worker, so no two measuring processes compete for the cores at once.
 @pytest.mark.slow

@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from tfseg.memory.measure import VARIANTS, OutOfMemory, StepConfig, measure, measure_repeats
+from tfseg.profile.measure import VARIANTS, OutOfMemory, StepConfig, measure, measure_repeats
 from tfseg.report import planner, render
 
 # Fields of `StepConfig` that differ between the variants of one report.
@@ -17,7 +17,7 @@ class ReportConfig:
       step: the configuration of one training step (its per-variant fields,
         `variant`, `recompute_blocks` and `analyze*`, are ignored).
       variants: measured side by side, each in `repeats` fresh processes (the
-        median is reported, as the recipe in `tfseg.memory.measure` says).
+        median is reported, as the recipe in `tfseg.profile.measure` says).
       recompute_blocks: the backbone blocks the "recompute" variant recomputes
         (None: `tfseg.models.xception.DEFAULT_RECOMPUTE`).
       memory_budget_gb: plan the largest batch and square crop under this budget

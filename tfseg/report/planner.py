@@ -61,7 +61,7 @@ def per_sample_slope(measured):
 
 
 def fit(measured, budget_bytes, output_stride=None):
-    """Fits `measured` (a `tfseg.memory.measure` result) to a budget.
+    """Fits `measured` (a `tfseg.profile.measure` result) to a budget.
 
     The budget covers everything the allocator holds: the measured base
     (weights, optimizer slots, inputs) plus the step's peak over it.

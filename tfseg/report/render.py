@@ -82,9 +82,9 @@ def markdown(report):
              "Measured: the peak over the post-warm-up base of a training step, from the "
              "allocator: the median over fresh processes of each one's median step "
              "(max: the largest step seen), each variant in its own processes "
-             "(tfseg/memory/measure.py). Static: the traced step replayed on a model of TF's "
+             "(tfseg/profile/measure.py). Static: the traced step replayed on a model of TF's "
              "executor and allocator; kept: the forward tensors the backward pass reads, by the "
-             "part whose layer made them (tfseg/memory/analysis.py).", "", "![parts](parts.png)", ""]
+             "part whose layer made them (tfseg/profile/analysis.py).", "", "![parts](parts.png)", ""]
     return "\n".join(lines)
 
 

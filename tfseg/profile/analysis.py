@@ -9,8 +9,8 @@ StopGradient, Reshape) are resolved to the tensor that owns the memory, so a
 buffer shared by two backward passes counts once. Their sum is what the
 backward pass reads, attributed to layers and parts: a lower bound on the peak.
 
-*The peak* (`tfseg.memory.simulate`): the step replayed op by op on a model of
-TF's executor and BFC allocator (`tfseg.memory.allocator`), which adds the
+*The peak* (`tfseg.profile.simulate`): the step replayed op by op on a model of
+TF's executor and BFC allocator (`tfseg.profile.allocator`), which adds the
 backward pass's own working set to the kept tensors.
 
 `step_breakdown` runs both for a model's training step.
@@ -22,8 +22,8 @@ import dataclasses
 import keras
 import tensorflow as tf
 
-from tfseg.memory.simulate import inter_op_threads, simulate
-from tfseg.memory.step_graph import live_ops, nbytes, owner
+from tfseg.profile.simulate import inter_op_threads, simulate
+from tfseg.profile.step_graph import live_ops, nbytes, owner
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,9 +108,11 @@ def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None
     """Static accounting of a traced training step, and a static peak estimate.
 
     Args:
-      step_fn: the `tf.function` training step, `step_fn(images, labels)`
-        (already traced for `args`).
-      args: its arguments; the first dimension of each is the batch.
+      step_fn: the `tf.function` training step, `step_fn(*args)` (already
+        traced for `args`), e.g. `tfseg.train.step.make_train_step`'s, whose
+        first output is the loss.
+      args: its arguments, tensors or nests of them (`((images, labels),)`);
+        the first dimension of each tensor is the batch.
       model: the model it trains (momentum SGD: one slot per trainable weight).
       part_of: layer name -> part name (e.g. "entry_flow"), "" for unknown.
       extra_batches: more batch sizes to estimate the peak at: the step is traced
@@ -132,11 +134,12 @@ def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None
     for buffer, size in sim.live_at_peak.items():
         at_peak[part(_layer_of(buffer, names))] += size
     at_peak["allocator"] = max(0, sim.peak_bytes - sum(sim.live_at_peak.values()))
-    batch = int(args[0].shape[0])
+    batch = int(tf.nest.flatten(args)[0].shape[0])
     by_batch = {batch: sim.peak_bytes}
     for extra in extra_batches:
         if extra not in by_batch:
-            specs = [tf.TensorSpec((extra,) + tuple(a.shape[1:]), a.dtype) for a in args]
+            specs = tf.nest.map_structure(
+                lambda a: tf.TensorSpec((extra,) + tuple(a.shape[1:]), a.dtype), args)
             traced = step_fn.get_concrete_function(*specs).graph
             by_batch[extra] = simulate(traced, state, workers).peak_bytes
     return {

@@ -8,7 +8,7 @@ import os
 import keras
 import pytest
 
-from tfseg.memory.measure import OutOfMemory, StepConfig, measure
+from tfseg.profile.measure import OutOfMemory, StepConfig, measure
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WIDTH, UNITS = 64, 4
@@ -48,6 +48,14 @@ def test_rewrite_lowers_the_measured_peak_of_a_separable_stack(monkeypatch):
     stock = measure(SMALL)
     saving = measure(dataclasses.replace(SMALL, variant="memory_saving"))
     assert saving["parameters"] == stock["parameters"]
+    # The training step's optimisation ran (the defaults of --mode=train): momentum SGD,
+    # L2 on the stem, 1x1 and logits kernels (not the depthwise ones), the update applied.
+    expected = {"class": "SGD", "inner_class": "SGD", "momentum": 0.9,
+                "decoupled_weight_decay": 0.0, "l2_weight_decay": 4e-5,
+                "l2_kernels": UNITS + 2,
+                "momentum_slots": len(separable_stack(SMALL).trainable_variables)}
+    assert stock["optimizer"] == expected
+    assert stock["finite_by_step"] == [True]
     # Measured on 2 CPU cores: stock 145-160 MiB, rewritten 80-104 MiB, a ratio of
     # 0.55-0.72 from run to run (the allocator's layout after the warm-up varies).
     ratio = saving["peak_over_base_bytes"] / stock["peak_over_base_bytes"]
@@ -70,6 +78,44 @@ def test_the_saving_survives_xla(monkeypatch):
     # Measured: stock 256 MiB, rewritten 128 MiB.
     ratio = saving["peak_over_base_bytes"] / stock["peak_over_base_bytes"]
     assert ratio < 0.7, (ratio, stock["peak_over_base_bytes"], saving["peak_over_base_bytes"])
+
+
+@pytest.mark.xdist_group("measure")
+def test_the_measured_step_is_the_training_step_of_its_settings(monkeypatch):
+    """mixed_float16 trains with a LossScaleOptimizer and decoupled decay lives in
+    the optimizer (no L2 term): the measuring process builds the step as
+    `tfseg.train` does, from the same settings."""
+    monkeypatch.chdir(ROOT)
+    config = dataclasses.replace(SMALL, height=32, width=32, batch=1,
+                                 dtype_policy="mixed_float16", weight_decay_type="decoupled",
+                                 weight_decay=1e-4, momentum=0.5,
+                                 class_weights=(1.0, 2.0, 1.0, 1.0, 0.5))
+    result = measure(config)
+    assert result["optimizer"] == {
+        "class": "LossScaleOptimizer", "inner_class": "SGD", "momentum": 0.5,
+        "decoupled_weight_decay": 1e-4, "l2_weight_decay": 0.0, "l2_kernels": 0,
+        "momentum_slots": len(separable_stack(SMALL).trainable_variables)}
+    assert result["class_weights"] == [1.0, 2.0, 1.0, 1.0, 0.5]
+
+
+def test_a_step_config_carries_a_runs_training_settings():
+    from tfseg.train.config import RunConfig
+
+    run = RunConfig(crop_size=(65, 97), batch_size=3, dtype_policy="mixed_bfloat16",
+                    strategy="one_device", jit_compile=True, momentum=0.8, weight_decay=1e-4,
+                    weight_decay_type="decoupled", learning_rate=0.01, dropout=0.2,
+                    class_weights=(1.0, 2.0, 3.0), recompute=("middle",))
+    step = StepConfig.from_run_config(run, 3, variant="recompute", recompute_blocks=("middle",))
+    assert (step.height, step.width, step.batch) == (65, 97, 3)
+    back = step.run_config()
+    for field in ("dtype_policy", "strategy", "jit_compile", "momentum", "weight_decay",
+                  "weight_decay_type", "learning_rate", "dropout", "class_weights", "recompute",
+                  "output_stride", "norm", "width_multiplier", "middle_repeats"):
+        assert getattr(back, field) == getattr(run, field), field
+    assert back.memory_saving
+    assert not dataclasses.replace(step, variant="stock").run_config().recompute
+    with pytest.raises(ValueError, match="class_weights"):
+        dataclasses.replace(step, num_classes=4)
 
 
 def runs_out_of_memory(config):

@@ -15,7 +15,7 @@ the whole step is replayed as TF's executor runs it:
   expensive successor itself and hands the others to the thread pool, whose
   workers take their own newest task first and steal the oldest from others);
   an op takes time in proportion to the bytes it touches and its conv FLOPs;
-- buffers come from `tfseg.memory.allocator.BFCModel`. Like the measurement, it
+- buffers come from `tfseg.profile.allocator.BFCModel`. Like the measurement, it
   runs one warm-up step, then reports the next step's peak over its start.
 
 On this project's 2-core CPU machines it lands within ~15% of the allocator's
@@ -31,8 +31,8 @@ import os
 
 import tensorflow as tf
 
-from tfseg.memory.allocator import BFCModel
-from tfseg.memory.step_graph import StepGraph
+from tfseg.profile.allocator import BFCModel
+from tfseg.profile.step_graph import StepGraph
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,11 @@
+"""The profiler: the training step's memory and time, measured in fresh processes
+(`measure`) and accounted statically from its traced graph (`analysis`, which
+replays it on a model of TF's executor and allocator: `simulate`, `step_graph`,
+`allocator`).
+
+It sits above `tfseg.train` and `tfseg.memory`: the measured step is the
+training step (`tfseg.train.step.make_train_step` with `tfseg.train.builders`'
+optimizer), and nothing in `tfseg.models`, `tfseg.memory` or `tfseg.train`
+imports it. Its modules are imported by name (`tfseg.profile.measure`), so
+importing the package imports no TensorFlow.
+"""
