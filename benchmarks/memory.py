@@ -16,12 +16,13 @@ step's peak): <= 5.0 GB in fp32 and <= 3.5 GB under mixed_bfloat16.
 """
 
 import argparse
-import dataclasses
 import json
 import sys
 
-from tfseg.profile.measure import StepConfig, measure_repeats
+from tfseg.config import Optim
 from tfseg.models.xception import DEFAULT_RECOMPUTE
+from tfseg.profile.measure import measure_repeats
+from tfseg.profile.step import StepConfig
 
 # (peak over base, step time), each as a ratio to stock's.
 TARGETS = {"memory_saving": (0.50, 1.10), "recompute": (0.35, 1.35)}
@@ -31,7 +32,8 @@ GB = 10**9
 
 
 def variants(args):
-    base = StepConfig(
+    base = StepConfig.of(
+        num_classes=21,
         height=args.height,
         width=args.width,
         batch=args.batch,
@@ -45,17 +47,16 @@ def variants(args):
     )
     rows = {
         "stock": base,
-        "memory_saving": dataclasses.replace(base, variant="memory_saving"),
-        "recompute": dataclasses.replace(base, variant="recompute",
-                                         recompute_blocks=tuple(args.recompute)),
-        "stock_xla": dataclasses.replace(base, jit_compile=True),
+        "memory_saving": base.replace(variant="memory_saving"),
+        "recompute": base.replace(variant="recompute", recompute_blocks=tuple(args.recompute)),
+        "stock_xla": base.replace(jit_compile=True),
         # XLA drops control dependencies (pitfall P3): this row checks that the
         # data dependency gating each rebuild on its gradient keeps the saving.
-        "memory_saving_xla": dataclasses.replace(base, variant="memory_saving", jit_compile=True),
+        "memory_saving_xla": base.replace(variant="memory_saving", jit_compile=True),
     }
     if args.full_resolution:
         for name in ("memory_saving", "recompute"):
-            rows[f"{name}_bf16"] = dataclasses.replace(rows[name], dtype_policy="mixed_bfloat16")
+            rows[f"{name}_bf16"] = rows[name].replace(dtype_policy="mixed_bfloat16")
     return {name: rows[name] for name in args.variants or rows}
 
 
@@ -99,9 +100,9 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3,
                         help="fresh processes per variant (the median is reported)")
     parser.add_argument("--timed_steps", type=int, default=1)
-    parser.add_argument("--momentum", type=float, default=StepConfig.momentum)
-    parser.add_argument("--weight_decay", type=float, default=StepConfig.weight_decay)
-    parser.add_argument("--weight_decay_type", default=StepConfig.weight_decay_type,
+    parser.add_argument("--momentum", type=float, default=Optim().momentum)
+    parser.add_argument("--weight_decay", type=float, default=Optim().weight_decay)
+    parser.add_argument("--weight_decay_type", default=Optim().weight_decay_type,
                         choices=["l2", "decoupled"])
     parser.add_argument("--variants", nargs="*", help="subset of variants to run")
     parser.add_argument("--recompute", nargs="*", default=DEFAULT_RECOMPUTE,

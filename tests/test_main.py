@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from tfseg.config import MODES, Config, flag_table
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGFILES = sorted(glob.glob(os.path.join(ROOT, "flags", "*.flags")))
 
@@ -16,6 +18,12 @@ def _main(*args, timeout=120):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     return subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _settings(proc):
+    """{flag: value} of the config that --mode=validate printed."""
+    assert proc.returncode == 0, proc.stderr
+    return Config.settings_of(json.loads(proc.stdout))
 
 
 def test_there_are_flagfiles():
@@ -30,23 +38,20 @@ def test_flagfile_parses_and_documents_itself(flagfile):
     lines = open(flagfile).read().splitlines()
     assert lines[0].startswith("# ") and any("python main.py" in line for line in lines)
     assert any(line.startswith("# Expected") for line in lines)
-    proc = _main(f"--flagfile={flagfile}", "--mode=validate")
-    assert proc.returncode == 0, proc.stderr
-    config = json.loads(proc.stdout)
+    config = _settings(_main(f"--flagfile={flagfile}", "--mode=validate"))
     assert config["mode"] == "validate"
 
 
 def test_synthetic_flagfile_is_the_default():
-    default = json.loads(_main("--mode=validate").stdout)
-    from_file = json.loads(_main(f"--flagfile={ROOT}/flags/synthetic.flags",
-                                 "--mode=validate").stdout)
-    assert default == from_file
+    default = _settings(_main("--mode=validate"))
+    from_file = _settings(_main(f"--flagfile={ROOT}/flags/synthetic.flags", "--mode=validate"))
+    assert default == from_file == Config.from_flat(mode="validate").flat()
 
 
 def test_fullres_flagfile_is_batch_1_group_norm_memory_saving():
-    config = json.loads(_main(f"--flagfile={ROOT}/flags/cityscapes_xception65_os16_fullres.flags",
-                              "--mode=validate").stdout)
-    assert config["crop_size"] == [1024, 2048] and config["batch_size"] == 1
+    config = _settings(_main(f"--flagfile={ROOT}/flags/cityscapes_xception65_os16_fullres.flags",
+                             "--mode=validate"))
+    assert config["crop_size"] == (1024, 2048) and config["batch_size"] == 1
     assert config["norm"] == "group" and config["memory_saving"] is True
 
 
@@ -90,12 +95,11 @@ def test_bad_flags_exit_2_with_one_line(args, names):
 
 
 def test_data_and_eval_flags_reach_the_config():
-    proc = _main("--data_service=grpc://localhost:5050", "--deterministic",
-                 "--skip_bad_examples", "--eval_every=100", "--mode=validate")
-    config = json.loads(proc.stdout)
+    config = _settings(_main("--data_service=grpc://localhost:5050", "--deterministic",
+                             "--skip_bad_examples", "--eval_every=100", "--mode=validate"))
     assert config["data_service"] == "grpc://localhost:5050"
     assert config["deterministic"] and config["skip_bad_examples"] and config["eval_every"] == 100
-    default = json.loads(_main("--mode=validate").stdout)
+    default = _settings(_main("--mode=validate"))
     assert (default["data_service"], default["deterministic"], default["eval_every"]) == \
         ("", False, 0)
 
@@ -104,19 +108,19 @@ def test_report_takes_the_class_count_from_the_run_else_the_data_set(tmp_path):
     """CamVid's classes are those of its class_dict.csv (void rows are not classes);
     no images are needed."""
     from tfseg.evaluation.loading import num_classes
-    from tfseg.train.config import RunConfig
 
     (tmp_path / "class_dict.csv").write_text(
         "name,r,g,b\nsky,128,128,128\nroad,128,64,128\ncar,64,0,128\nVoid,0,0,0\n")
     run = str(tmp_path / "run")
-    assert num_classes(RunConfig(dataset="camvid", data_dir=str(tmp_path), model_dir=run)) == 3
-    assert num_classes(RunConfig(dataset="voc", model_dir=run)) == 21
-    assert num_classes(RunConfig(dataset="synthetic", model_dir=run)) == 19
+    camvid = Config.from_flat(dataset="camvid", data_dir=str(tmp_path), model_dir=run)
+    assert num_classes(camvid) == 3
+    assert num_classes(Config.from_flat(dataset="voc", model_dir=run)) == 21
+    assert num_classes(Config.from_flat(dataset="synthetic", model_dir=run)) == 19
     # A trained run's own classes come first.
     os.makedirs(run)
     with open(os.path.join(run, "config.json"), "w") as f:
         json.dump({"dataset": "tfrecord", "class_names": ["a", "b"]}, f)
-    assert num_classes(RunConfig(dataset="tfrecord", model_dir=run)) == 2
+    assert num_classes(Config.from_flat(dataset="tfrecord", model_dir=run)) == 2
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
@@ -128,3 +132,16 @@ def test_missing_data_dir_exits_2_naming_it(tmp_path, mode):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("main.py: error:"), proc.stderr[-2000:]
     assert "no_such_dir" in lines[0] or "--model_dir" in lines[0], lines[0]
+
+
+def test_every_mode_has_a_runner_and_every_setting_a_flag():
+    import main
+
+    assert tuple(main.MODES) == MODES
+    # Each field of each section is a flag, under one name, with its help and default.
+    for name, (_, field) in flag_table().items():
+        assert main.FLAGS[name].help == field.metadata["help"], name
+    assert Config.from_flags({name: main.FLAGS[name].default for name in flag_table()}) == \
+        Config()
+    help_text = _main("--helpfull").stdout
+    assert "Data set folder" in help_text and "--eval_crop" in help_text

@@ -1,9 +1,13 @@
+import dataclasses
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
 from PIL import Image
 
-from tfseg.data import DataStats, cityscapes, pairs_dataset, pairs_to_examples
+from tfseg.data import (DataConfig, DataStats, build_dataset, build_dataset_with_stats,
+                        cityscapes, pairs_dataset, pairs_to_examples)
 from tfseg.errors import InputError
 from tests.data.trees import cityscapes_tree, save
 
@@ -70,3 +74,21 @@ def test_missing_label_file_is_named(tmp_path):
     tf.io.gfile.remove(pairs[0][1])
     with pytest.raises(FileNotFoundError, match="gtFine_labelIds.png"):
         cityscapes.files(str(tmp_path), "train")
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_missing_label_files_are_bad_examples_to_skip(tmp_path, training):
+    """A label file that is gone, or a folder in its place: listing stops the run naming
+    it, unless --skip_bad_examples, which counts and skips the pair like any other bad one."""
+    pairs = cityscapes_tree(str(tmp_path), n=3, size=(16, 16))
+    os.remove(pairs[0][1])
+    os.remove(pairs[1][1])
+    os.makedirs(pairs[1][1])
+    config = DataConfig(dataset="cityscapes", root=str(tmp_path), crop_size=(8, 8),
+                        batch_size=1, seed=0)
+    with pytest.raises(FileNotFoundError, match=f"label file for {pairs[0][0]} not found"):
+        build_dataset(config, training)
+    config = dataclasses.replace(config, skip_bad_examples=True)
+    dataset, stats = build_dataset_with_stats(config, training, epochs=1)
+    assert len(list(dataset)) == 1
+    assert stats.as_dict()["bad_examples"] == 2

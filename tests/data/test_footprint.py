@@ -12,7 +12,7 @@ from PIL import Image
 
 from tfseg.data import DataConfig, build_dataset, camvid, cityscapes, voc, write_tfrecords
 from tfseg.data.decode import decode_image, decode_pairs, pairs_dataset
-from tfseg.data.footprint import decoded_bytes, image_size, mem_available
+from tfseg.data.footprint import cgroup_available, decoded_bytes, image_size, mem_available
 from tfseg.errors import InputError
 from tests.data.test_camvid import _tree as camvid_tree
 from tests.data.trees import cityscapes_tree, save, voc_tree
@@ -43,6 +43,21 @@ def test_header_sizes_equal_decoded_sizes(tmp_path):
     (tmp_path / "short.jpg").write_bytes(b"\xff\xd8\xff\xe0\x00")
     assert image_size(str(tmp_path / "junk.png")) is None
     assert image_size(str(tmp_path / "short.jpg")) is None
+    os.symlink(tmp_path / "gone.png", tmp_path / "dangling.png")
+    assert image_size(str(tmp_path / "dangling.png")) is None  # counted 0, skipped later
+
+
+def test_a_containers_memory_limit_bounds_the_cache(tmp_path):
+    v2 = (str(tmp_path / "memory.max"), str(tmp_path / "memory.current"))
+    (tmp_path / "memory.max").write_text("max\n")  # no limit
+    (tmp_path / "memory.current").write_text("1000\n")
+    assert cgroup_available([v2]) is None
+    (tmp_path / "memory.max").write_text("5000\n")
+    assert cgroup_available([v2]) == 4000
+    v1 = (str(tmp_path / "limit_in_bytes"), str(tmp_path / "usage_in_bytes"))
+    (tmp_path / "limit_in_bytes").write_text(f"{2**63 - 4096}\n")  # v1's "no limit"
+    (tmp_path / "usage_in_bytes").write_text("1000\n")
+    assert cgroup_available([(str(tmp_path / "none"), v2[1]), v1]) is None
 
 
 def _decoded_nbytes(source):
@@ -77,16 +92,16 @@ def test_in_memory_cache_over_the_bound_is_refused_before_decoding(tmp_path):
             build_dataset(config, training)  # raised here, not when iterating
         message = _one_line(error)
         assert "cityscapes train split in " + str(tmp_path) in message
-        for part in ("3 decoded examples", "4.7 kB", "4.0 kB bound (cache_max_gb)",
+        for part in ("3 decoded examples", "4.7 kB", "4.0 kB bound (--cache_max_gb=4e-06)",
                      "cache on disk"):
             assert part in message, message
     # Under the bound it caches; a file cache is on disk and has no memory bound.
     assert len(list(build_dataset(DataConfig(root=str(tmp_path), crop_size=(8, 8),
                                              batch_size=1, cache=True, cache_max_gb=5e-6),
-                                  True))) == 3
+                                  True, epochs=1))) == 3
     on_disk = DataConfig(root=str(tmp_path), crop_size=(8, 8), batch_size=1,
                          cache=str(tmp_path / "cache"), cache_max_gb=1e-9)
-    assert len(list(build_dataset(on_disk, True))) == 3
+    assert len(list(build_dataset(on_disk, True, epochs=1))) == 3
 
 
 def _png_header(height, width):

@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from tfseg.data import transforms
 from tfseg.data.source import IndexLabels
+from tfseg.models import normalize
 from tests.data.conftest import run_eager_and_in_map
 
 COLOURS = np.array([(200, 30, 30), (30, 200, 30), (30, 30, 200), (220, 220, 40)], np.float32)
@@ -69,8 +70,8 @@ def test_train_transform_flip_keeps_labels_and_alignment(crop):
         flipped = np.array_equal(out_label, unflipped[:, ::-1])
         assert flipped or np.array_equal(out_label, unflipped)
         flipped_seen.add(flipped)
-        # Back from [-1, 1] to 0-255 to compare colours with COLOURS and PAD_VALUE.
-        _assert_labels_kept_and_aligned((out_image + 1.0) * 127.5, out_label, label, crop)
+        assert out_image.dtype == np.uint8
+        _assert_labels_kept_and_aligned(out_image, out_label, label, crop)
     assert flipped_seen == {True, False}
 
 
@@ -153,9 +154,16 @@ def test_jitter_changes_colour_within_range():
     assert not np.allclose(out, image)
 
 
-def test_normalize_range():
-    out = transforms.normalize(np.array([0, 127.5, 255], np.float32)).numpy()
-    np.testing.assert_allclose(out, [-1, 0, 1])
+def test_to_uint8_rounds_half_to_even_and_clips():
+    out = transforms.to_uint8(np.array([-3, 0.4, 126.5, 127.5, 128.5, 254.6, 300], np.float32))
+    np.testing.assert_array_equal(out.numpy(), [0, 0, 126, 128, 128, 255, 255])
+    assert out.dtype == tf.uint8
+
+
+def test_pad_value_is_the_uint8_nearest_the_models_zero():
+    """The model sees 127.5 as 0; the pad is one of the two uint8 values 1/255 from it."""
+    gap = abs(float(normalize(np.uint8(transforms.PAD_VALUE))))
+    assert gap == pytest.approx(1 / 255, rel=1e-4) and transforms.PAD_VALUE == np.round(127.5)
 
 
 @pytest.mark.parametrize("name", ["scale_crop", "flip", "jitter", "train", "eval"])
@@ -178,5 +186,19 @@ def test_train_transform_output_contract():
     image, label = _scene(5)
     out_image, out_label = transforms.train_transform(image, label, tf.constant([5, 5]),
                                                       (24, 40), jitter=True)
-    assert out_image.dtype == tf.float32 and out_label.dtype == tf.int32
-    assert -1.0 <= out_image.numpy().min() and out_image.numpy().max() <= 1.0
+    assert out_image.dtype == tf.uint8 and out_label.dtype == tf.int32
+    assert out_image.shape == (24, 40, 3) and out_label.shape == (24, 40)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_train_transform_is_the_float_crop_rounded(seed):
+    """The only change uint8 output makes: each value within 0.5 of the float crop (the
+    same crop: ``train_transform`` draws it from the first of three split seeds)."""
+    image, label = _scene(9, size=(37, 53))
+    seed = tf.constant([seed, 9], tf.int64)
+    crop_seed = tf.random.experimental.stateless_split(seed, 3)[0]
+    rounded, _ = transforms.train_transform(image, label, seed, (25, 31), (0.7, 1.6),
+                                            flip=False)
+    exact, _ = transforms.random_scale_crop(image, label, crop_seed, (25, 31), (0.7, 1.6))
+    difference = np.abs(rounded.numpy().astype(np.float32) - exact.numpy())
+    assert difference.max() <= 0.5 and difference.max() > 0  # bilinear blends: not whole

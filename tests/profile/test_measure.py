@@ -2,13 +2,15 @@
 small stack. The full model's measurements (stock vs memory saving vs recompute,
 in fresh processes) are asserted in tests/report/test_report.py."""
 
-import dataclasses
+import json
 import os
 
 import keras
 import pytest
 
-from tfseg.profile.measure import OutOfMemory, StepConfig, measure
+from tfseg.config import Config
+from tfseg.profile.measure import OutOfMemory, measure
+from tfseg.profile.step import StepConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WIDTH, UNITS = 64, 4
@@ -38,15 +40,15 @@ def single_layer_twins(config):
     return rewrite(separable_stack(config), fuse_separable=False)
 
 
-SMALL = StepConfig(builder=(__name__, "separable_stack"), height=128, width=128, batch=2,
-                   num_classes=5, timed_steps=0)
+SMALL = StepConfig.of(builder=(__name__, "separable_stack"), height=128, width=128, batch=2,
+                      num_classes=5, timed_steps=0)
 
 
 @pytest.mark.xdist_group("measure")
 def test_rewrite_lowers_the_measured_peak_of_a_separable_stack(monkeypatch):
     monkeypatch.chdir(ROOT)  # the measuring process imports this module by name
     stock = measure(SMALL)
-    saving = measure(dataclasses.replace(SMALL, variant="memory_saving"))
+    saving = measure(SMALL.replace(variant="memory_saving"))
     assert saving["parameters"] == stock["parameters"]
     # The training step's optimisation ran (the defaults of --mode=train): momentum SGD,
     # L2 on the stem, 1x1 and logits kernels (not the depthwise ones), the update applied.
@@ -62,7 +64,7 @@ def test_rewrite_lowers_the_measured_peak_of_a_separable_stack(monkeypatch):
     assert ratio < 0.8, (ratio, stock["peak_over_base_bytes"], saving["peak_over_base_bytes"])
     # The single-layer twins alone, whose gates (recompute only once the gradient has
     # arrived) the separable fusion above does not use.
-    twins = measure(dataclasses.replace(SMALL, builder=(__name__, "single_layer_twins")))
+    twins = measure(SMALL.replace(builder=(__name__, "single_layer_twins")))
     ratio = twins["peak_over_base_bytes"] / stock["peak_over_base_bytes"]
     assert ratio < 0.85, (ratio, stock["peak_over_base_bytes"], twins["peak_over_base_bytes"])
 
@@ -73,8 +75,8 @@ def test_the_saving_survives_xla(monkeypatch):
     """XLA drops control dependencies: without a data dependency on the gradient it
     ran every rebuild in the forward pass (measured: 256 MiB, the same as stock)."""
     monkeypatch.chdir(ROOT)
-    stock = measure(dataclasses.replace(SMALL, jit_compile=True))
-    saving = measure(dataclasses.replace(SMALL, variant="memory_saving", jit_compile=True))
+    stock = measure(SMALL.replace(jit_compile=True))
+    saving = measure(SMALL.replace(variant="memory_saving", jit_compile=True))
     # Measured: stock 256 MiB, rewritten 128 MiB.
     ratio = saving["peak_over_base_bytes"] / stock["peak_over_base_bytes"]
     assert ratio < 0.7, (ratio, stock["peak_over_base_bytes"], saving["peak_over_base_bytes"])
@@ -86,10 +88,9 @@ def test_the_measured_step_is_the_training_step_of_its_settings(monkeypatch):
     the optimizer (no L2 term): the measuring process builds the step as
     `tfseg.train` does, from the same settings."""
     monkeypatch.chdir(ROOT)
-    config = dataclasses.replace(SMALL, height=32, width=32, batch=1,
-                                 dtype_policy="mixed_float16", weight_decay_type="decoupled",
-                                 weight_decay=1e-4, momentum=0.5,
-                                 class_weights=(1.0, 2.0, 1.0, 1.0, 0.5))
+    config = SMALL.replace(height=32, width=32, batch=1, dtype_policy="mixed_float16",
+                           weight_decay_type="decoupled", weight_decay=1e-4, momentum=0.5,
+                           class_weights=(1.0, 2.0, 1.0, 1.0, 0.5))
     result = measure(config)
     assert result["optimizer"] == {
         "class": "LossScaleOptimizer", "inner_class": "SGD", "momentum": 0.5,
@@ -99,23 +100,23 @@ def test_the_measured_step_is_the_training_step_of_its_settings(monkeypatch):
 
 
 def test_a_step_config_carries_a_runs_training_settings():
-    from tfseg.train.config import RunConfig
-
-    run = RunConfig(crop_size=(65, 97), batch_size=3, dtype_policy="mixed_bfloat16",
-                    strategy="one_device", jit_compile=True, momentum=0.8, weight_decay=1e-4,
-                    weight_decay_type="decoupled", learning_rate=0.01, dropout=0.2,
-                    class_weights=(1.0, 2.0, 3.0), recompute=("middle",))
-    step = StepConfig.from_run_config(run, 3, variant="recompute", recompute_blocks=("middle",))
+    run = Config.from_flat(crop_size=(65, 97), batch_size=3, dtype_policy="mixed_bfloat16",
+                           strategy="one_device", jit_compile=True, momentum=0.8,
+                           weight_decay=1e-4, weight_decay_type="decoupled", learning_rate=0.01,
+                           dropout=0.2, class_weights=(1.0, 2.0, 3.0), recompute=("middle",))
+    step = StepConfig(run=run, num_classes=3, variant="recompute", recompute_blocks=("middle",))
     assert (step.height, step.width, step.batch) == (65, 97, 3)
     back = step.run_config()
-    for field in ("dtype_policy", "strategy", "jit_compile", "momentum", "weight_decay",
-                  "weight_decay_type", "learning_rate", "dropout", "class_weights", "recompute",
-                  "output_stride", "norm", "width_multiplier", "middle_repeats"):
-        assert getattr(back, field) == getattr(run, field), field
-    assert back.memory_saving
-    assert not dataclasses.replace(step, variant="stock").run_config().recompute
+    assert (back.optim, back.run, back.data) == (run.optim, run.run, run.data)
+    assert back.model == run.model.__class__(**{**vars(run.model), "memory_saving": True})
+    assert not step.replace(variant="stock").run_config().model.recompute
+    # What crosses to the measuring process, and what its result records.
+    assert StepConfig.from_json(json.loads(json.dumps(step.to_json()))) == step
+    record = step.record()
+    assert (record["height"], record["batch"], record["momentum"]) == (65, 3, 0.8)
+    assert record["recompute_blocks"] == ["middle"] and record["memory_saving"]
     with pytest.raises(ValueError, match="class_weights"):
-        dataclasses.replace(step, num_classes=4)
+        step.replace(num_classes=4)
 
 
 def runs_out_of_memory(config):
@@ -132,9 +133,9 @@ def test_only_running_out_of_memory_reads_as_not_fitting(monkeypatch):
     """The planner counts OutOfMemory as "does not fit"; any other failure is an error."""
     monkeypatch.chdir(ROOT)
     with pytest.raises(OutOfMemory, match="OOM when allocating"):
-        measure(dataclasses.replace(SMALL, builder=(__name__, "runs_out_of_memory")))
+        measure(SMALL.replace(builder=(__name__, "runs_out_of_memory")))
     with pytest.raises(RuntimeError, match="not a model") as error:
-        measure(dataclasses.replace(SMALL, builder=(__name__, "is_broken")))
+        measure(SMALL.replace(builder=(__name__, "is_broken")))
     assert not isinstance(error.value, OutOfMemory)
 
 
@@ -145,4 +146,4 @@ def test_unknown_variant_is_rejected():
 
 def test_a_builder_has_no_blocks_to_recompute():
     with pytest.raises(ValueError, match="recompute"):
-        dataclasses.replace(SMALL, variant="recompute")
+        SMALL.replace(variant="recompute")

@@ -20,22 +20,23 @@ import tensorflow as tf  # noqa: E402
 
 
 def train(strategy, norm, images, labels, steps=2):
-    from tfseg.train import builders
-    from tfseg.train.config import RunConfig
+    from tfseg.runtime import builders
+    from tfseg.config import Config
     from tfseg.train.step import PixelLoss, make_train_step
 
     # The memory-saving model with a recomputed block: its custom gradients are
     # what tf.distribute has not seen before (the stock layers are Keras' own).
-    config = RunConfig(width_multiplier=0.125, middle_repeats=1, dropout=0.0, norm=norm,
-                       memory_saving=True, recompute=("middle",), crop_size=(33, 33),
-                       learning_rate=0.05, warmup_steps=0, train_steps=10,
-                       class_weights=(1.0,) * 18 + (3.0,))
+    config = Config.from_flat(
+        width_multiplier=0.125, middle_repeats=1, dropout=0.0, norm=norm, memory_saving=True,
+        recompute=("middle",), crop_size=(33, 33), learning_rate=0.05, warmup_steps=0,
+        train_steps=10, class_weights=(1.0,) * 18 + (3.0,))
     keras.utils.set_random_seed(0)
     with strategy.scope():
         model = builders.model(config, 19, norm)
         optimizer = builders.optimizer(config, model)
         step = tf.Variable(0, dtype=tf.int64)
-    train_step = make_train_step(strategy, model, optimizer, PixelLoss(config.class_weights), step)
+    loss = PixelLoss(config.optim.class_weights)
+    train_step = make_train_step(strategy, model, optimizer, loss, step)
     dataset = tf.data.Dataset.from_tensors((images, labels)).repeat(steps)
     losses = [float(train_step(batch)[0]) for batch in strategy.experimental_distribute_dataset(
         dataset)]
@@ -60,7 +61,7 @@ def main(norms):
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     rng = np.random.default_rng(0)
-    images = rng.uniform(-1, 1, (4, 33, 33, 3))
+    images = rng.integers(0, 256, (4, 33, 33, 3)).astype("uint8")  # as the input pipeline's
     labels = rng.integers(0, 19, (4, 33, 33)).astype("int32")
     labels[:2, :20] = 255  # the first replica sees far fewer labelled pixels
     print(json.dumps({norm: compare(norm, images, labels) for norm in norms}))

@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfseg.data import DataConfig, build_dataset
 from tfseg.evaluation.inference import InferenceConfig, Predictor, _starts
 from tfseg.models import deeplab_v3_plus
+from tests.data.trees import cityscapes_tree
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +17,7 @@ def model():
 
 @pytest.fixture
 def image():
-    return tf.constant(np.random.default_rng(0).uniform(-1, 1, (1, 45, 70, 3)), tf.float32)
+    return tf.constant(np.random.default_rng(0).integers(0, 256, (1, 45, 70, 3)), tf.uint8)
 
 
 def test_window_offsets_cover_the_image_and_end_flush():
@@ -51,3 +53,23 @@ def test_flip_averages_the_mirrored_prediction(model, image):
     both = Predictor(model, InferenceConfig("multiscale", scales=(1.0,), flip=True))(image)
     expected = (Predictor(model)(image) + tf.reverse(flipped, [2])) / 2
     np.testing.assert_allclose(both, expected, atol=1e-6)
+
+
+def test_eval_batches_are_normalised_inside(model, tmp_path):
+    """A real eval batch (uint8, as decoded) gives the model's softmax on ``x / 127.5 - 1``;
+    windows smaller than a padded image see padding 0, the normalised mean."""
+    cityscapes_tree(tmp_path, split="val", size=(19, 27), n=1)
+    (pixels, _), = build_dataset(DataConfig(root=str(tmp_path), split="val", batch_size=1),
+                                 training=False)
+    assert pixels.dtype == tf.uint8 and pixels.shape == (1, 19, 27, 3)
+    expected = tf.nn.softmax(model(tf.cast(pixels, tf.float32) / 127.5 - 1.0, training=False))
+    np.testing.assert_allclose(Predictor(model)(pixels), expected, atol=1e-6)
+    padded = tf.pad(tf.cast(pixels, tf.float32) / 127.5 - 1.0, [[0, 0], [0, 14], [0, 6], [0, 0]])
+    windowed = Predictor(model, InferenceConfig("sliding", (33, 33), (33, 33)))(pixels)
+    np.testing.assert_allclose(windowed, tf.nn.softmax(model(padded))[:, :19, :27], atol=1e-6)
+
+
+def test_float_images_are_refused(model, image):
+    """The old input, floats in [-1, 1], would be normalised again into a near-black image."""
+    with pytest.raises(TypeError, match="uint8"):
+        Predictor(model)(tf.cast(image, tf.float32) / 127.5 - 1.0)

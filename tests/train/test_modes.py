@@ -10,8 +10,8 @@ import tensorflow as tf
 from PIL import Image
 
 from tests.train.conftest import TINY_FLAGS, run_main
+from tfseg.config import Config
 from tfseg.models import normalize
-from tfseg.train.config import RunConfig
 
 
 @pytest.mark.slow
@@ -46,6 +46,19 @@ def test_eval_of_a_named_checkpoint(trained):
     assert result["step"] == 3
 
 
+@pytest.mark.slow
+def test_eval_that_cannot_write_prints_its_metrics_then_one_line(trained, tmp_path):
+    """(As root, permissions do not stop a write: a file where the eval folder goes does.)"""
+    data_dir, model_dir = trained
+    (tmp_path / "eval").write_text("in the way")
+    proc = run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={tmp_path}",
+                    f"--checkpoint={model_dir}/ckpt-3", check=False)
+    assert proc.returncode == 2 and "mIoU" in proc.stdout, proc.stdout[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"main.py: error: --model_dir: evaluated, but could not write {tmp_path}/eval: "
+        f"File exists"], proc.stderr[-2000:]
+
+
 def _no_data_flags(tmp_path):
     """Flags naming a data set that is not there: predict and export must not need it."""
     return "--dataset=cityscapes", f"--data_dir={tmp_path / 'deleted_data'}"
@@ -59,7 +72,7 @@ def test_eval_with_a_checkpoint_of_another_run_uses_that_runs_config(trained, tm
     other = tmp_path / "other_run"
     other.mkdir()
     (other / "config.json").write_text(
-        RunConfig(width_multiplier=0.5, middle_repeats=3, dataset="cityscapes").to_json())
+        Config.from_flat(width_multiplier=0.5, middle_repeats=3, dataset="cityscapes").to_json())
     proc = run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={other}",
                     f"--checkpoint={model_dir}/ckpt-3")
     assert f"{model_dir}/config.json" in proc.stdout
@@ -132,8 +145,8 @@ def test_exported_saved_model_predicts_like_the_checkpoint(trained, tmp_path):
 
     from tfseg.evaluation.loading import load_model
 
-    config = RunConfig(dataset="cityscapes", data_dir=data_dir, model_dir=model_dir,
-                       crop_size=(64, 64), memory_saving=True)  # weights load by path
+    config = Config.from_flat(dataset="cityscapes", data_dir=data_dir, model_dir=model_dir,
+                              crop_size=(64, 64), memory_saving=True)  # weights load by path
     model = load_model(config, log=lambda *a: None).model
     expected = np.argmax(model(normalize(image[None]), training=False), -1)
     np.testing.assert_array_equal(classes, expected)

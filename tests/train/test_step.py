@@ -1,7 +1,6 @@
 """The training step: its step counter and skipped updates under loss scaling, weight decay,
 and the progress bar's memory peak."""
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -11,10 +10,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tfseg.data import cityscapes, transforms
 from tfseg.errors import NonFiniteLoss
-from tfseg.train import builders, loop
-from tfseg.train.config import RunConfig
+from tfseg.runtime import builders
+from tfseg.train import loop
+from tfseg.config import Config
 from tfseg.train.step import PixelLoss, make_train_step
+from tests.data.trees import cityscapes_tree
 
 
 @pytest.fixture
@@ -25,8 +27,8 @@ def mixed_float16():
 
 
 def test_an_update_the_loss_scale_optimizer_skips_is_not_a_step(mixed_float16):
-    config = RunConfig(width_multiplier=0.25, middle_repeats=1, dropout=0.0, warmup_steps=0,
-                       train_steps=10, dtype_policy="mixed_float16")
+    config = Config.from_flat(width_multiplier=0.25, middle_repeats=1, dropout=0.0, warmup_steps=0,
+                              train_steps=10, dtype_policy="mixed_float16")
     model = builders.model(config, 3)
     optimizer = builders.optimizer(config, model)
     assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
@@ -34,7 +36,7 @@ def test_an_update_the_loss_scale_optimizer_skips_is_not_a_step(mixed_float16):
     train_step = make_train_step(tf.distribute.get_strategy(), model, optimizer, PixelLoss(),
                                  step)
     rng = np.random.default_rng(0)
-    batch = (tf.constant(rng.uniform(-1, 1, (2, 33, 33, 3)), tf.float32),
+    batch = (tf.constant(rng.integers(0, 256, (2, 33, 33, 3)), tf.uint8),
              tf.constant(rng.integers(0, 3, (2, 33, 33)), tf.int32))
     kernel = model.get_layer("logits").kernel
     before = kernel.numpy()
@@ -108,16 +110,17 @@ def test_weight_decay_moves_exactly_the_decayed_kernels(decay_type):
     norms and biases. L2 (research/deeplab's) also adds ``wd / 2 * sum(kernel ** 2)`` to
     the loss, decoupled decay adds nothing."""
     lr, wd = 0.1, 0.05
-    base = RunConfig(width_multiplier=0.25, middle_repeats=1, dropout=0.0, warmup_steps=0,
-                     train_steps=10, learning_rate=lr, end_learning_rate=lr, momentum=0.9,
-                     weight_decay_type=decay_type)
+    flat = dict(width_multiplier=0.25, middle_repeats=1, dropout=0.0, warmup_steps=0,
+                train_steps=10, learning_rate=lr, end_learning_rate=lr, momentum=0.9,
+                weight_decay_type=decay_type)
+    base = Config.from_flat(**flat)
     rng = np.random.default_rng(1)
-    batch = (tf.constant(rng.uniform(-1, 1, (2, 33, 33, 3)), tf.float32),
+    batch = (tf.constant(rng.integers(0, 256, (2, 33, 33, 3)), tf.uint8),
              tf.constant(rng.integers(0, 3, (2, 33, 33)), tf.int32))
     initial = builders.model(base, 3).get_weights()
-    model, plain, plain_loss = _one_step(dataclasses.replace(base, weight_decay=0.0), batch,
+    model, plain, plain_loss = _one_step(Config.from_flat(**flat, weight_decay=0.0), batch,
                                          initial)
-    _, decayed, decayed_loss = _one_step(dataclasses.replace(base, weight_decay=wd), batch,
+    _, decayed, decayed_loss = _one_step(Config.from_flat(**flat, weight_decay=wd), batch,
                                          initial)
     start = dict(zip((v.path for v in model.weights), initial))
     depthwise = {layer.kernel.path for layer in model._flatten_layers()
@@ -132,6 +135,35 @@ def test_weight_decay_moves_exactly_the_decayed_kernels(decay_type):
                              if plain[p].ndim > 1 and p not in depthwise)
     assert decayed_loss - plain_loss == pytest.approx(
         penalty if decay_type == "l2" else 0.0, rel=1e-4, abs=1e-5)
+
+
+@pytest.mark.parametrize("decay_type", ["l2", "decoupled"])
+def test_l2_decay_goes_through_momentum_and_decoupled_does_not(decay_type):
+    """Two steps with every label ignored, so only the decay moves the kernels
+    (a = lr * wd, momentum m): L2 is a gradient, so the second step carries the first's
+    velocity, w2 = w1 - a * w1 + m * (w1 - w0); decoupled decay is w2 = (1 - a) * w1.
+    This is what makes L2 about 1 / (1 - m) times as strong."""
+    lr, wd, m = 0.1, 0.05, 0.9
+    config = Config.from_flat(width_multiplier=0.25, middle_repeats=1, dropout=0.0,
+                              warmup_steps=0, train_steps=10, learning_rate=lr,
+                              end_learning_rate=lr, momentum=m, weight_decay=wd,
+                              weight_decay_type=decay_type)
+    model = builders.model(config, 3)
+    optimizer = builders.optimizer(config, model)
+    train_step = make_train_step(tf.distribute.get_strategy(), model, optimizer, PixelLoss(),
+                                 tf.Variable(0, dtype=tf.int64), False,
+                                 *builders.l2_weight_decay(config, model))
+    batch = (tf.zeros((2, 33, 33, 3), tf.uint8), tf.fill((2, 33, 33), 255))
+    kernels = builders.decayed_kernels(model)
+    w0 = [k.numpy() for k in kernels]
+    train_step(batch)
+    w1 = [k.numpy() for k in kernels]
+    train_step(batch)
+    a = lr * wd
+    for kernel, before, after in zip(kernels, w0, w1):
+        expected = after - a * after + (m * (after - before) if decay_type == "l2" else 0.0)
+        np.testing.assert_allclose(kernel.numpy(), expected, rtol=0, atol=1e-6,
+                                   err_msg=kernel.path)
 
 
 def test_updates_skipped_in_a_row_stop_the_run(mixed_float16):
@@ -150,7 +182,7 @@ def test_updates_skipped_in_a_row_stop_the_run(mixed_float16):
     step = tf.Variable(0, dtype=tf.int64)
     train_step = make_train_step(tf.distribute.get_strategy(), model, optimizer, PixelLoss(),
                                  step)
-    batch = (tf.ones((2, 5, 7, 3)), tf.zeros((2, 5, 7), tf.int32))
+    batch = (tf.ones((2, 5, 7, 3), tf.uint8), tf.zeros((2, 5, 7), tf.int32))
     lines = []
     skipped = loop.SkippedUpdates(limit=12, log=lines.append)
     with pytest.raises(NonFiniteLoss, match=r"^12 updates in a row skipped .* at step 1 "
@@ -164,3 +196,40 @@ def test_updates_skipped_in_a_row_stop_the_run(mixed_float16):
     assert "update skipped, non-finite gradients (10 in a row" in lines[1]
     skipped(True, 1, optimizer, "ckpt-7")  # an applied update resets the count
     assert skipped.count == 0
+
+
+def test_the_step_normalises_uint8_pixels_as_the_old_float_path_did(tmp_path):
+    """Real crops of real files: the old pipeline fed the model ``crop / 127.5 - 1`` in
+    float32, the new one feeds ``to_uint8(crop)`` and the step normalises it. On the same
+    (rounded) pixels the losses agree to float32 rounding; against the unrounded crop they
+    differ only through the rounding, at most 0.5 a value (0.5 / 127.5 after normalising)."""
+    pairs = cityscapes_tree(tmp_path, size=(23, 31), n=2)
+    source = cityscapes.source(str(tmp_path), "train")
+    crops = []
+    for i, (image_path, label_path) in enumerate(pairs):
+        image = tf.io.decode_png(tf.io.read_file(image_path), channels=3)
+        label = source.decode_label(tf.io.read_file(label_path))[0]
+        crops.append(transforms.random_scale_crop(image, label, tf.constant([i, 3]), (29, 35),
+                                                  (1.0, 1.6)))
+    floats = tf.stack([c[0] for c in crops])  # 0-255, between whole values
+    labels = tf.stack([c[1] for c in crops])
+    pixels = transforms.to_uint8(floats)
+    assert float(tf.reduce_max(tf.abs(tf.cast(pixels, tf.float32) - floats))) <= 0.5
+
+    config = Config.from_flat(width_multiplier=0.25, middle_repeats=1, dropout=0.0, warmup_steps=0,
+                              train_steps=10)
+    model = builders.model(config, 19)
+    loss_fn = PixelLoss()
+    # The old step's forward pass on float32 input (BatchNorm in training mode: batch
+    # statistics, so the moving averages it updates change nothing here).
+    old_input = tf.cast(pixels, tf.float32) / 127.5 - 1.0
+    same_pixels = float(loss_fn(labels, model(old_input, training=True)))
+    unrounded = float(loss_fn(labels, model(floats / 127.5 - 1.0, training=True)))
+    step = tf.Variable(0, dtype=tf.int64)
+    train_step = make_train_step(tf.distribute.get_strategy(), model,
+                                 builders.optimizer(config, model), loss_fn, step)
+    loss, finite, _ = train_step((pixels, labels))  # the loss before the update
+    assert bool(finite) and int(step.numpy()) == 1
+    assert float(loss) == pytest.approx(same_pixels, rel=1e-6)
+    # ~0.2% on this tiny random network, whose loss is very sensitive to its input.
+    assert float(loss) == pytest.approx(unrounded, rel=1e-2)

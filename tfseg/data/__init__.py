@@ -1,10 +1,10 @@
 """tfseg input pipelines: data set readers, transformations and tf.data builders."""
 
-from tfseg.data import camvid, cityscapes, png, synthetic, transforms, voc
+from tfseg.data import camvid, cityscapes, order, png, synthetic, transforms, voc
 from tfseg.data.config import DATASETS, DataConfig
 from tfseg.data.decode import load_pair, pairs_dataset, pairs_to_examples
-from tfseg.data.pipeline import (build_dataset, build_dataset_with_stats, class_names,
-                                 distribute, get_source, iterate)
+from tfseg.data.feed import distribute, iterate
+from tfseg.data.pipeline import build_dataset, build_dataset_with_stats, class_names, get_source
 from tfseg.data.source import IGNORE_LABEL, Source
 from tfseg.data.stats import DataStats
 from tfseg.data.synthetic import write_synthetic_cityscapes
@@ -25,6 +25,7 @@ __all__ = [
     "get_source",
     "iterate",
     "load_pair",
+    "order",
     "pairs_dataset",
     "pairs_to_examples",
     "png",

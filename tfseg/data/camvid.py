@@ -56,11 +56,12 @@ def read_class_dict(path):
             np.array(ignored, np.uint8).reshape(-1, 3))
 
 
-def files(root, split):
+def files(root, split, missing_ok=False):
     """List ``(image_path, label_path)`` pairs of ``root/{split}``, sorted.
 
     Raises:
-      FileNotFoundError: a folder or an image's label file is missing (named).
+      FileNotFoundError: a folder or an image's label file is missing (named); a
+        missing label file is listed anyway when ``missing_ok``.
       ValueError: the image folder is empty (named).
     """
     image_dir = require_dir(os.path.join(root, split))
@@ -73,7 +74,8 @@ def files(root, split):
         stem = os.path.splitext(os.path.basename(image))[0]
         label = os.path.join(label_dir, stem + "_L.png")
         if not os.path.isfile(label):
-            label = require_file(os.path.join(label_dir, stem + ".png"), "label file for " + image)
+            label = require_file(os.path.join(label_dir, stem + ".png"),
+                                 "label file for " + image, missing_ok)
         pairs.append((image, label))
     return tuple(pairs)
 
@@ -104,12 +106,13 @@ def colour_label_decoder(colours, ignored):
     return decode_label
 
 
-def source(root, split):
-    """The split as a ``Source``; classes and palette come from ``class_dict.csv``."""
+def source(root, split, missing_ok=False):
+    """The split as a ``Source``; classes and palette come from ``class_dict.csv``;
+    ``missing_ok`` as ``files``."""
     names, colours, ignored = read_class_dict(os.path.join(root, "class_dict.csv"))
     return Source(
         name="camvid",
-        pairs=files(root, split),
+        pairs=files(root, split, missing_ok),
         class_names=names,
         palette=colours,
         decode_label=colour_label_decoder(colours, ignored),

@@ -38,7 +38,7 @@ _LABEL_IDS_SUFFIX = "_gtFine_labelIds.png"
 _TRAIN_IDS_SUFFIX = "_gtFine_labelTrainIds.png"
 
 
-def files(root, split):
+def files(root, split, missing_ok=False):
     """List ``(image_path, label_path)`` pairs of one split, sorted.
 
     Uses ``*_gtFine_labelTrainIds.png`` when *every* image of the split has
@@ -46,7 +46,8 @@ def files(root, split):
     ``*_gtFine_labelIds.png``.
 
     Raises:
-      FileNotFoundError: a folder or an image's label file is missing (named).
+      FileNotFoundError: a folder or an image's label file is missing (named); a
+        missing label file is listed anyway when ``missing_ok``.
       ValueError: the split holds no images (the folder is named).
     """
     image_dir = require_dir(os.path.join(root, "leftImg8bit", split))
@@ -57,7 +58,7 @@ def files(root, split):
                           os.path.basename(p)[:-len(_IMAGE_SUFFIX)]) for p in images]
     suffix = (_TRAIN_IDS_SUFFIX if all(os.path.isfile(s + _TRAIN_IDS_SUFFIX) for s in stems)
               else _LABEL_IDS_SUFFIX)
-    return tuple((img, require_file(s + suffix, "label file for " + img))
+    return tuple((img, require_file(s + suffix, "label file for " + img, missing_ok))
                  for img, s in zip(images, stems))
 
 
@@ -68,9 +69,10 @@ def label_mapping(label_path):
     return KNOWN_LABEL_IDS
 
 
-def source(root, split):
-    """The split as a ``Source`` (labels decoded and mapped to 19 train ids)."""
-    pairs = files(root, split)
+def source(root, split, missing_ok=False):
+    """The split as a ``Source`` (labels decoded and mapped to 19 train ids); ``missing_ok``
+    as ``files``."""
+    pairs = files(root, split, missing_ok)
     return Source(
         name="cityscapes",
         pairs=pairs,

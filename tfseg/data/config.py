@@ -3,9 +3,8 @@
 import dataclasses
 from typing import Optional, Tuple, Union
 
+from tfseg.config import DATASETS
 from tfseg.errors import InputError
-
-DATASETS = ("cityscapes", "voc", "camvid", "synthetic", "tfrecord")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +43,8 @@ class DataConfig:
         unreadable records of a corrupt shard) instead of failing.
       data_service: "grpc://HOST:PORT" of a tf.data service dispatcher to run
         the preprocessing on, or None for in-process.
+      data_service_timeout: seconds to wait for the dispatcher to accept a connection
+        before an ``InputError`` naming it.
       seed: shuffling and augmentation seed; None for fresh randomness.
     """
 
@@ -61,6 +62,7 @@ class DataConfig:
     shuffle_buffer: int = 64
     skip_bad_examples: bool = False
     data_service: Optional[str] = None
+    data_service_timeout: float = 30.0
     seed: Optional[int] = None
 
     def __post_init__(self):

@@ -25,10 +25,15 @@ _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 def image_size(path):
     """(height, width) from the header of a PNG, JPEG, GIF or BMP file, else None.
 
-    These are the formats ``tf.io.decode_image`` reads; anything else (or a
-    truncated header) gives None, and the decode stage names the file later.
+    These are the formats ``tf.io.decode_image`` reads; anything else (a
+    truncated header, a file that cannot be opened) gives None, and the decode
+    stage names (or, with ``skip_bad_examples``, skips) the file later.
     """
-    with open(path, "rb") as f:
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return None
+    with f:
         head = f.read(26)
         if head.startswith(PNG_SIGNATURE) and head[12:16] == b"IHDR" and len(head) >= 24:
             width, height = struct.unpack(">II", head[16:24])
@@ -97,6 +102,31 @@ def decoded_bytes(source):
     return total
 
 
+# A container's memory limit and use, cgroup v2 then v1 (where none is set, v2 says "max"
+# and v1 a number near 2^63).
+_CGROUP_FILES = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                 ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                  "/sys/fs/cgroup/memory/memory.usage_in_bytes"))
+
+
+def _read_int(path):
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):  # missing, or "max"
+        return None
+
+
+def cgroup_available(files=_CGROUP_FILES):
+    """Bytes a container may still take under its cgroup's memory limit, or None when
+    there is no limit (or no cgroup file to read). ``files``: (limit, usage) paths."""
+    for limit_path, usage_path in files:
+        limit, usage = _read_int(limit_path), _read_int(usage_path)
+        if limit is not None and usage is not None and limit < 2**60:
+            return max(limit - usage, 0)
+    return None
+
+
 def mem_available():
     """MemAvailable of /proc/meminfo in bytes, or None where it cannot be read (not Linux)."""
     try:
@@ -120,17 +150,18 @@ def format_bytes(n):
 def require_cache_fits(what, count, estimate, max_gb):
     """Raise ``InputError`` unless ``estimate`` bytes fit in memory.
 
-    The bound is ``max_gb`` gigabytes, or MemAvailable when that is smaller
-    (the cache would not fit at all). ``what`` names the split, ``count`` is
-    its number of examples.
+    The bound is ``max_gb`` gigabytes, or the free memory when that is smaller
+    (the cache would not fit at all): the host's MemAvailable, or in a container
+    what its cgroup's limit leaves, which the kernel enforces by killing the
+    process. ``what`` names the split, ``count`` is its number of examples.
     """
-    bound, name = max_gb * GB, "cache_max_gb"
-    available = mem_available()
-    if available is not None and available < bound:
-        bound, name = available, "MemAvailable in /proc/meminfo"
+    bound, name = max_gb * GB, f"--cache_max_gb={max_gb:g}"
+    for available, source in ((mem_available(), "MemAvailable in /proc/meminfo"),
+                              (cgroup_available(), "the container's memory limit")):
+        if available is not None and available < bound:
+            bound, name = available, source
     if estimate > bound:
         raise InputError(
-            f"tfseg: in-memory cache of {what}: its {count} decoded examples take about "
-            f"{format_bytes(estimate)}, over the {format_bytes(bound)} bound ({name}); "
-            f"cache on disk instead (cache=\"path/prefix\"), cache a smaller split, "
-            f"or turn the cache off")
+            f"--cache: the in-memory cache of {what}: its {count} decoded examples take "
+            f"about {format_bytes(estimate)}, over the {format_bytes(bound)} bound ({name}); "
+            f"drop --cache (or, in Python, cache on disk: DataConfig(cache=\"path/prefix\"))")

@@ -1,11 +1,15 @@
 """Build the tf.data input pipeline from a ``DataConfig``.
 
-Order of stages (training): file list -> shuffle the whole file list (every
-epoch, before decoding: Cityscapes files are sorted by city, so anything less
-global would fill a batch from one or two cities) -> parallel
-read+decode+label mapping -> [cache -> shuffle] -> augment with per-element
-stateless seeds -> batch -> [tf.data service] -> prefetch. TFRecords shuffle
-their shard order, interleave shards, then use a ``shuffle_buffer``.
+Order of stages (training, image files): the file indices of each epoch in a
+stateless order keyed by (seed, epoch) (``order``: the whole list, before
+decoding: Cityscapes files are sorted by city, so anything less global would
+fill a batch from one or two cities), cut to whole batches, the part before
+the start batch dropped -> paths -> parallel read+decode+label mapping ->
+augment with a stateless seed per (seed, epoch, position) -> batch -> [tf.data
+service] -> prefetch. With a cache: one epoch in the start epoch's order ->
+decode -> cache -> shuffle -> repeat. TFRecords shuffle their shard order,
+interleave shards, then use a ``shuffle_buffer``. Images stay uint8 to the
+device, where the model's caller normalises them.
 
 No cache by default: decoded full-size images are large (Cityscapes train:
 ~25 GB). ``cache=True`` (in memory) is refused before any decoding when the
@@ -18,18 +22,17 @@ cache (``cache="prefix"``) needs no memory bound; a buffer of the whole split
 read back from disk would hold it all in memory, so it keeps the first
 epoch's (shuffled) order, mixed by ``shuffle_buffer``.
 """
-
 import os
 
 import tensorflow as tf
 
-from tfseg.data import camvid, cityscapes, footprint, tfrecords, voc
+from tfseg.data import camvid, cityscapes, footprint, order, tfrecords, voc
 from tfseg.data.decode import decode_pairs, pairs_dataset
+from tfseg.data.feed import require_reachable
 from tfseg.data.source import IGNORE_LABEL, Source, as_int32
 from tfseg.data.stats import DataStats
 from tfseg.data.synthetic import write_synthetic_cityscapes
-from tfseg.data.transforms import eval_transform, train_transform
-from tfseg.errors import InputError
+from tfseg.data.transforms import PAD_VALUE, eval_transform, train_transform
 
 _READERS = {"cityscapes": cityscapes.source, "voc": voc.source, "camvid": camvid.source}
 
@@ -46,7 +49,8 @@ def get_source(config):
     if config.dataset == "synthetic":
         write_synthetic_cityscapes(config.root)
         return cityscapes.source(config.root, config.split)
-    return _READERS[config.dataset](config.root, config.split)
+    # With skip_bad_examples a missing file is one more bad pair, counted and skipped.
+    return _READERS[config.dataset](config.root, config.split, config.skip_bad_examples)
 
 
 def class_names(config):
@@ -60,27 +64,84 @@ def class_names(config):
     return voc.CLASS_NAMES if config.dataset == "voc" else cityscapes.CLASS_NAMES
 
 
-def _examples(config, training, stats):
-    """(examples, finish, size): decoded (image uint8 [H, W, 3], label) in file or shuffled order.
-
-    Labels come as stored ids where the source allows it; ``finish(label)``
-    maps them to int32 train ids, and is applied after the crop in training
-    (a per-pixel lookup commutes with nearest-neighbour cropping).
-    ``size()`` gives (examples, decoded bytes) without decoding anything.
-    """
-    deterministic = config.deterministic or not training
+def _sized_source(config):
+    """(source, size): ``size()`` gives (examples, decoded bytes) without decoding anything."""
     if config.dataset == "tfrecord":
-        examples = tfrecords.read_train_ids(config.root, config.split, training, config.seed,
-                                            deterministic, config.skip_bad_examples, stats)
-        return examples, as_int32, lambda: tfrecords.decoded_size(config.root, config.split)
+        return None, lambda: tfrecords.decoded_size(config.root, config.split)
     source = get_source(config)
-    files = pairs_dataset(source.pairs)
-    if training:  # paths only: shuffling the whole list costs nothing
-        files = files.shuffle(len(source.pairs), seed=config.seed, reshuffle_each_iteration=True)
+    return source, lambda: (len(source.pairs), footprint.decoded_bytes(source))
+
+
+def _num_examples(config, source):
+    if source is None:
+        return tfrecords.read_metadata(config.root, config.split)["num_examples"]
+    return len(source.pairs)
+
+
+def _decode(config, source, files, stats, deterministic):
+    """Decoded (image uint8 [H, W, 3], stored label) of ``files``, and ``finish``."""
     examples, finish = decode_pairs(files, source, config.skip_bad_examples, stats,
                                     deterministic=deterministic)
-    return (examples.map(lambda image, label, path: (image, label)), finish,
-            lambda: (len(source.pairs), footprint.decoded_bytes(source)))
+    return examples.map(lambda image, label, path: (image, label)), finish
+
+
+def _paths(source, indices):
+    """(image_path, label_path) of each index in ``indices`` (int64 scalars)."""
+    images, labels = (tf.constant(list(column)) for column in zip(*source.pairs))
+    return indices.map(lambda i: (tf.gather(images, i), tf.gather(labels, i)))
+
+
+def _eval_examples(config, stats):
+    """(examples in file order, cached as ``config.cache`` says, finish)."""
+    source, size = _sized_source(config)
+    if source is None:
+        examples, finish = tfrecords.read_train_ids(
+            config.root, config.split, False, None, True, config.skip_bad_examples,
+            stats), as_int32
+    else:
+        examples, finish = _decode(config, source, pairs_dataset(source.pairs), stats, True)
+    return _cache(examples, config, size)[0], finish
+
+
+def _train_examples(config, stats, seed, start_batch, epochs):
+    """(examples, seeds, finish) from global batch ``start_batch`` on, to the end of
+    epoch ``epochs`` (None: endless); ``seeds`` (int64 [2] each) pair with them in order.
+
+    Image files without a cache (exact): ``order.file_order`` indices -> paths
+    -> decode. Otherwise (approximate): one epoch in the start epoch's order
+    (TFRecords: shard order and buffer) -> cache -> shuffle -> repeat, then the
+    elements before the start position skipped; they are decoded or read from
+    the cache, at most one epoch's worth.
+    """
+    deterministic = config.deterministic
+    source, size = _sized_source(config)
+    count = _num_examples(config, source)
+    if source is not None and not config.cache:
+        per_epoch = order.full_batches(count, config.batch_size)
+        files = _paths(source, order.file_order(count, config.batch_size, seed, start_batch,
+                                                epochs))
+        examples, finish = _decode(config, source, files, stats, deterministic)
+        return examples, order.stream_seeds(seed, per_epoch, start_batch * config.batch_size), (
+            finish)
+    # Without a per-epoch cut the batches run across epochs: the stream is whole epochs.
+    per_epoch = count
+    first, offset = order.locate(start_batch, config.batch_size, per_epoch)
+    shuffle_seed = order.restart_seed(seed, first)
+    if source is None:
+        examples, finish = tfrecords.read_train_ids(
+            config.root, config.split, True, shuffle_seed, deterministic,
+            config.skip_bad_examples, stats), as_int32
+    else:  # the cache freezes the order it was filled in: the start epoch's
+        files = _paths(source, tf.data.Dataset.from_tensor_slices(
+            order.epoch_permutation(count, seed, first)))
+        examples, finish = _decode(config, source, files, stats, deterministic)
+    examples, in_memory = _cache(examples, config, size)
+    order.full_batches(count, config.batch_size)  # after the cache check: its error first
+    # In memory: references into the cache, so a buffer of the whole split is cheap.
+    buffer = max(in_memory, 1) if in_memory is not None else config.shuffle_buffer
+    examples = examples.shuffle(buffer, seed=shuffle_seed, reshuffle_each_iteration=True)
+    examples = examples.repeat(None if epochs is None else max(epochs - first, 0)).skip(offset)
+    return examples, order.stream_seeds(seed, per_epoch, start_batch * config.batch_size), finish
 
 
 def _cache(examples, config, size):
@@ -93,48 +154,75 @@ def _cache(examples, config, size):
     return (examples.cache(config.cache) if config.cache else examples), None
 
 
-def build_dataset(config, training, stats=None):
+def build_dataset(config, training, stats=None, start_batch=0, epochs=None):
     """The batched dataset for ``config``.
+
+    Images stay uint8 up to the device (4x fewer bytes to copy than float32):
+    the model's caller normalises them there with ``tfseg.models.normalize``
+    (the train step and ``Predictor`` do).
+
+    Training is an endless stream of epochs (``epochs`` bounds it) that can
+    start at any global batch index: the order of epoch ``e`` and the
+    augmentation of its ``p``-th element depend only on (seed, e, p), and the
+    skip drops file indices before any file is read. With ``config.seed`` set
+    and ``config.deterministic``, on image files without a cache, the batches
+    from ``start_batch=N`` are bitwise batches N, N+1, ... of the stream from
+    0. Only approximately elsewhere, though the start position is still
+    skipped to and each start epoch gets its own shuffle seed, so a resumed
+    run does not replay the first epoch's start:
+      * ``cache``: the cache holds the start epoch's order; epochs after it are
+        reshuffled by a stateful shuffle; the skipped elements are read (from
+        files while the cache fills), up to one epoch of them.
+      * TFRecords: shard order and ``shuffle_buffer`` are stateful shuffles; the
+        skipped records are read and decoded, up to one epoch of them.
+      * ``deterministic=False``: the parallel augmentation may reorder elements
+        within a few batches (each element keeps its own augmentation).
+      * ``skip_bad_examples``: a dropped file shifts every later element.
+      * ``data_service``: exact with one worker; with several, each runs the
+        whole stream and batches arrive in the order workers deliver them.
+      * ``seed=None``: a fresh seed per call, so a resumed run has a new order.
 
     Args:
       config: a ``DataConfig``.
       training: augment and shuffle (crops of ``config.crop_size``), else full
-        images, always in file order (``config.deterministic`` is implied).
+        images, always in file order, one pass (``config.deterministic`` is implied).
       stats: optional ``DataStats`` to count bad examples and unknown label
         pixels (not with ``data_service``: the counting would happen remotely).
         ``build_dataset_with_stats`` makes one for you.
+      start_batch: training: the global batch index to start at (e.g. the
+        number of batches a resumed run has already consumed).
+      epochs: training: end after epoch ``epochs - 1`` (counted from 0), i.e.
+        ``epochs * (examples // batch_size)`` batches from 0 on image files
+        without a cache; None (default): never.
 
     Returns:
-      tf.data.Dataset of (image float32 [B, H, W, 3] in [-1, 1],
-      label int32 [B, H, W] with class ids or 255 = ignore).
+      tf.data.Dataset of (image uint8 [B, H, W, 3], label int32 [B, H, W] with
+      class ids or 255 = ignore). Evaluation pads images of different sizes
+      with ``transforms.PAD_VALUE`` (label 255).
     """
     if stats is not None and config.data_service:
         raise ValueError("tfseg: DataStats cannot count on tf.data service workers")
-    examples, finish, size = _examples(config, training, stats)
-    examples, in_memory = _cache(examples, config, size)
     if training:
-        if in_memory is not None:  # references into the cache: the whole split is cheap
-            examples = examples.shuffle(max(in_memory, 1), seed=config.seed,
-                                        reshuffle_each_iteration=True)
-        elif config.cache or config.dataset == "tfrecord":
-            examples = examples.shuffle(config.shuffle_buffer, seed=config.seed,
-                                        reshuffle_each_iteration=True)
+        seed = order.resolve_seed(config.seed)
+        examples, seeds, finish = _train_examples(config, stats, seed, start_batch, epochs)
 
-        def augment(example, seed):
-            return train_transform(example[0], example[1], seed, config.crop_size,
+        def augment(example, element_seed):
+            return train_transform(example[0], example[1], element_seed, config.crop_size,
                                    config.scale_range, config.flip, config.jitter, finish)
 
-        # One stateless seed per element: reproducible under any parallelism.
-        seeds = tf.data.Dataset.random(seed=config.seed, rerandomize_each_iteration=True).batch(2)
+        # The seeds are paired with the examples before the parallel map: every element's
+        # augmentation is fixed by its position, under any parallelism.
         batches = tf.data.Dataset.zip(examples, seeds).map(
             augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic,
         ).batch(config.batch_size, drop_remainder=True)
     else:
+        examples, finish = _eval_examples(config, stats)
         batches = examples.map(lambda image, label: eval_transform(image, finish(label)),
                                num_parallel_calls=tf.data.AUTOTUNE,
                                deterministic=True).padded_batch(
-            config.batch_size, padding_values=(0.0, IGNORE_LABEL))
+            config.batch_size, padding_values=(tf.constant(PAD_VALUE, tf.uint8), IGNORE_LABEL))
     if config.data_service:
+        require_reachable(config.data_service, config.data_service_timeout)
         batches = batches.apply(tf.data.experimental.service.distribute(
             processing_mode="parallel_epochs", service=config.data_service))
     options = tf.data.Options()
@@ -142,64 +230,13 @@ def build_dataset(config, training, stats=None):
     return batches.prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
-def build_dataset_with_stats(config, training):
-    """``(build_dataset(config, training, stats), stats)`` with a new ``DataStats``.
+def build_dataset_with_stats(config, training, start_batch=0, epochs=None):
+    """``(build_dataset(config, training, stats, start_batch, epochs), stats)`` with a new
+    ``DataStats``.
 
     The counts fill in as the dataset is iterated: log ``stats.summary()``
     or ``stats.as_dict()`` whenever convenient. ``stats`` is None with
     ``config.data_service`` (workers cannot update this process's counters).
     """
     stats = None if config.data_service else DataStats()
-    return build_dataset(config, training, stats), stats
-
-
-def distribute(dataset, strategy, device=None):
-    """Distribute ``dataset`` with ``strategy``, prefetching batches onto the device, so
-    the host->device copy overlaps the step.
-
-    A real strategy does it with ``InputOptions(experimental_fetch_to_device=True)``.
-    The default strategy (no ``tf.distribute`` scope) returns the dataset unchanged
-    from ``experimental_distribute_dataset``, so batches would reach the GPU only when
-    the step reads them: it gets ``prefetch_to_device`` onto ``device`` (default: the
-    first GPU; none on a machine without one, where batches are already on the CPU).
-    """
-    if not tf.distribute.has_strategy() and strategy is tf.distribute.get_strategy():
-        gpus = tf.config.list_logical_devices("GPU")
-        device = device or (gpus[0].name if gpus else None)
-        return dataset.apply(tf.data.experimental.prefetch_to_device(device)) if device else (
-            dataset)
-    return strategy.experimental_distribute_dataset(
-        dataset, tf.distribute.InputOptions(experimental_fetch_to_device=True))
-
-
-# The pipeline's own checks (decode.py, tfrecords.py) fail through tf.debugging.Assert
-# with this marker before the message that names the file(s).
-_ASSERT_MARK = "[tfseg:] ["
-_DATA_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.NotFoundError, tf.errors.DataLossError)
-
-
-def iterate(dataset):
-    """Yields the elements of ``dataset`` (a dataset, or a distributed one).
-
-    A file that the pipeline cannot read, decode or pair stops it with an
-    ``InputError`` whose one-line message names the file(s), instead of TF's
-    multi-line op error.
-    """
-    iterator = iter(dataset)
-    while True:
-        try:
-            element = next(iterator)
-        except StopIteration:
-            return
-        except _DATA_ERRORS as error:
-            raise InputError(_data_error_message(error)) from None
-        yield element
-
-
-def _data_error_message(error):
-    text = error.message
-    start = text.find(_ASSERT_MARK)
-    if start < 0:  # e.g. a file removed after the file list was made
-        return f"tfseg: input pipeline: {text.strip().splitlines()[0]}"
-    body = text[start + len(_ASSERT_MARK):].split("\n", 1)[0].rstrip()
-    return "tfseg: " + (body[:-1] if body.endswith("]") else body)
+    return build_dataset(config, training, stats, start_batch, epochs), stats

@@ -56,9 +56,10 @@ def require_dir(path):
     return path
 
 
-def require_file(path, role="file"):
-    """Raise FileNotFoundError naming ``path`` unless it is a file."""
-    if not os.path.isfile(path):
+def require_file(path, role="file", missing_ok=False):
+    """Raise FileNotFoundError naming ``path`` unless it is a file, or ``missing_ok``
+    (``skip_bad_examples``: the decode stage then counts and skips its pair)."""
+    if not missing_ok and not os.path.isfile(path):
         raise FileNotFoundError(f"tfseg: {role} not found: {path}")
     return path
 

@@ -12,17 +12,22 @@ import tensorflow as tf
 
 from tfseg.data.source import IGNORE_LABEL, as_int32
 
-# Image padding value: the mean of the model's input range (0 after normalize).
-PAD_VALUE = 127.5
+# Image padding value: mid-grey, what the model sees as ~0 after ``tfseg.models.normalize``.
+# The exact mean, 127.5, is no uint8; 127 and 128 are equally far from it (+-1/255 after
+# normalising). 128 is what rounding half to even (``tf.round``) makes of 127.5, so a pad
+# made in float and rounded later lands on the same value as one made in uint8.
+PAD_VALUE = 128
 
 
-def normalize(image):
-    """uint8/0-255 image -> float32 in [-1, 1], as ``tfseg.models.normalize`` does."""
-    return tf.cast(image, tf.float32) / 127.5 - 1.0
+def to_uint8(image):
+    """A float 0-255 image rounded (half to even) and clipped to uint8: at most 0.5 off
+    inside [0, 255]."""
+    return tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
 
 
 def random_scale_crop(image, label, seed, crop_size, scale_range=(0.5, 2.0)):
-    """Random rescale, pad (image: 127.5, label: 255) and random crop, resampling only the crop.
+    """Random rescale, pad (image: ``PAD_VALUE``, label: 255) and random crop, resampling
+    only the crop.
 
     Equivalent, up to the scale being rounded to whole source pixels, to
     resizing the whole image by ``s`` (corner-aligned), padding it at the
@@ -120,7 +125,7 @@ def photometric_jitter(image, seed, strength=1.0):
 
 def train_transform(image, label, seed, crop_size, scale_range=(0.5, 2.0), flip=True,
                     jitter=False, map_label=None):
-    """The full training augmentation, then normalisation.
+    """The full training augmentation, rounded to uint8 (normalised later, on the device).
 
     Args:
       image: uint8 [H, W, 3]; label: integer [H, W]; seed: [2] int tensor.
@@ -131,7 +136,8 @@ def train_transform(image, label, seed, crop_size, scale_range=(0.5, 2.0), flip=
         nearest-neighbour resampling, flipping and padding with 255.
 
     Returns:
-      (float32 [ch, cw, 3] in [-1, 1], int32 [ch, cw] with ids or 255).
+      (uint8 [ch, cw, 3], within 0.5 of the float crop (``to_uint8``),
+       int32 [ch, cw] with ids or 255).
     """
     crop_seed, flip_seed, jitter_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 3))
     image, crop_label = _scale_crop(image, label, crop_seed, crop_size, scale_range)
@@ -144,7 +150,7 @@ def train_transform(image, label, seed, crop_size, scale_range=(0.5, 2.0), flip=
 
 @functools.lru_cache(maxsize=32)
 def _crop_tail(map_label):
-    """Flip and normalise a crop and map its label (float ids, as int32), compiled with XLA.
+    """Flip a crop, round it to uint8 and map its label (float ids, as int32), with XLA.
 
     The crop's shape is fixed, so XLA compiles this once per crop size; as
     TF ops, the per-pixel table lookup alone
@@ -156,14 +162,13 @@ def _crop_tail(map_label):
     def tail(image, label, mirror):
         image, label = tf.cond(mirror, lambda: (tf.reverse(image, [1]), tf.reverse(label, [1])),
                                lambda: (image, label))
-        # XLA multiplies by the reciprocal of 127.5, which can land 1 ulp
-        # outside [-1, 1]; the clip fuses into the same loop.
-        return (tf.clip_by_value(normalize(image), -1.0, 1.0),
-                map_label(tf.cast(label, tf.int32)))
+        # Bilinear taps and the jitter's clip can land a little outside [0, 255]:
+        # the clip (fused into the same loop) keeps the cast from wrapping around.
+        return to_uint8(image), map_label(tf.cast(label, tf.int32))
 
     return tail
 
 
 def eval_transform(image, label):
-    """Full image, unaugmented: (float32 [H, W, 3] in [-1, 1], int32 [H, W])."""
-    return normalize(image), as_int32(label)
+    """Full image, unaugmented: (uint8 [H, W, 3] as decoded, int32 [H, W])."""
+    return tf.convert_to_tensor(image, tf.uint8), as_int32(label)

@@ -40,7 +40,7 @@ def color_map(n=256):
 PALETTE = color_map(NUM_CLASSES)
 
 
-def files(root, split):
+def files(root, split, missing_ok=False):
     """List ``(image_path, label_path)`` pairs named by ``ImageSets/Segmentation/{split}.txt``.
 
     Args:
@@ -48,7 +48,8 @@ def files(root, split):
       split: "train", "val", "trainval" or any other list file's stem.
 
     Raises:
-      FileNotFoundError: a folder, the list file or a listed file is missing (named).
+      FileNotFoundError: a folder, the list file or a listed file is missing (named); a
+        missing listed file is kept anyway when ``missing_ok``.
       ValueError: the list file names no examples (it is named).
     """
     image_dir = require_dir(os.path.join(root, "JPEGImages"))
@@ -58,16 +59,17 @@ def files(root, split):
     with open(list_file) as f:
         ids = [line.split()[0] for line in f if line.strip()]
     require_pairs(ids, list_file)
-    return tuple((require_file(os.path.join(image_dir, i + ".jpg"), "image"),
-                  require_file(os.path.join(label_dir, i + ".png"), "label file"))
+    return tuple((require_file(os.path.join(image_dir, i + ".jpg"), "image", missing_ok),
+                  require_file(os.path.join(label_dir, i + ".png"), "label file", missing_ok))
                  for i in ids)
 
 
-def source(root, split):
-    """The split as a ``Source`` (21 classes, 255 = border/ignore)."""
+def source(root, split, missing_ok=False):
+    """The split as a ``Source`` (21 classes, 255 = border/ignore); ``missing_ok`` as
+    ``files``."""
     return Source(
         name="voc",
-        pairs=files(root, split),
+        pairs=files(root, split, missing_ok),
         class_names=CLASS_NAMES,
         palette=PALETTE,
         decode_label=index_label_decoder(KNOWN_LABEL_IDS),

@@ -1,6 +1,7 @@
 """The eval run: a checkpoint's metrics on the evaluation split, as JSON, CSV and TensorBoard;
 and ``PeriodicEval``, the cheap whole-image mIoU that training logs every ``--eval_every`` steps."""
 
+import dataclasses
 import json
 import os
 import time
@@ -8,10 +9,11 @@ import time
 import tensorflow as tf
 
 from tfseg import data as data_lib
+from tfseg.errors import InputError
 from tfseg.evaluation.inference import InferenceConfig, Predictor
 from tfseg.evaluation.loading import load_model
 from tfseg.evaluation.metrics import SegmentationMetrics
-from tfseg.train import builders
+from tfseg.runtime import builders
 
 EVAL_JSON = "eval.json"
 CONFUSION_CSV = "confusion.csv"
@@ -19,9 +21,8 @@ EVAL_SUBDIR = "eval"
 
 
 def inference_config(config):
-    return InferenceConfig(mode=config.eval_mode, crop=tuple(config.eval_crop),
-                           stride=tuple(config.eval_stride), scales=tuple(config.eval_scales),
-                           flip=config.eval_flip)
+    """``config.eval`` as the ``InferenceConfig`` it holds the fields of."""
+    return InferenceConfig(**dataclasses.asdict(config.eval))
 
 
 def _step_of(path):
@@ -37,11 +38,14 @@ def eval_data(config):
     return builders.data_config(config, training=False, batch_size=1)
 
 
-def run_metrics(predictor, dataset, class_names):
-    """(SegmentationMetrics, images, seconds) of ``predictor`` over ``dataset``."""
+def run_metrics(predictor, dataset, class_names, stop=None):
+    """(SegmentationMetrics, images, seconds) of ``predictor`` over ``dataset``, or of the
+    images before ``stop`` (a ``StopRequest``) was set."""
     metrics = SegmentationMetrics(len(class_names), class_names)
     start, images = time.perf_counter(), 0
     for image, label in data_lib.iterate(dataset):
+        if stop:
+            break
         metrics.update(label, predictor.classes(image))
         images += 1
     return metrics, images, time.perf_counter() - start
@@ -67,7 +71,7 @@ class PeriodicEval:
         self.dataset = data_lib.build_dataset(eval_data(config), training=False)
         self.predictor = Predictor(model)
         self.class_names = tuple(class_names)
-        self.writer = tf.summary.create_file_writer(os.path.join(config.model_dir, EVAL_SUBDIR))
+        self.writer = tf.summary.create_file_writer(os.path.join(config.run.model_dir, EVAL_SUBDIR))
 
     def __call__(self, step):
         """Evaluates, writes the scalars at ``step``; returns the metrics dict (plus
@@ -78,37 +82,48 @@ class PeriodicEval:
         return result
 
 
-def evaluate(config, log=print):
-    """Evaluates the latest checkpoint (or ``config.checkpoint``) on ``config.eval_split``.
+def evaluate(config, log=print, stop=None):
+    """Evaluates the latest checkpoint (or ``--checkpoint``) on ``--eval_split``.
 
     Writes ``model_dir/eval/eval.json`` (mIoU, pixel accuracy, per-class IoU,
     checkpoint, step, mode, images, seconds) and ``confusion.csv`` next to it,
-    and the mIoU to TensorBoard (``model_dir/eval``). Returns the eval.json dict.
+    and the mIoU to TensorBoard (``model_dir/eval``). Returns the eval.json dict, or
+    None when ``stop`` (a ``StopRequest``) was set during the evaluation: nothing is
+    written then, since the metrics of part of the split would pass for the whole's.
     """
     model, classes, path, config = load_model(config, log=log)
     predictor = Predictor(model, inference_config(config))
     dataset, data_stats = data_lib.build_dataset_with_stats(eval_data(config), training=False)
-    metrics, images, seconds = run_metrics(predictor, dataset, classes.class_names)
+    metrics, images, seconds = run_metrics(predictor, dataset, classes.class_names, stop)
+    if stop:
+        log(f"{stop.signal}: evaluation stopped after {images} images; nothing written")
+        return None
     result = {
         **metrics.result(),
         "checkpoint": path,
         "step": _step_of(path),
-        "split": config.eval_split,
-        "dataset": config.dataset,
-        "eval_mode": config.eval_mode,
+        "split": config.data.eval_split,
+        "dataset": config.data.dataset,
+        "eval_mode": config.eval.mode,
         "images": images,
         "seconds": round(seconds, 2),
         "data": data_stats.as_dict() if data_stats is not None else None,
     }
-    out_dir = os.path.join(config.model_dir, EVAL_SUBDIR)
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, EVAL_JSON), "w") as f:
-        json.dump(result, f, indent=2)
-    metrics.write_confusion_csv(os.path.join(out_dir, CONFUSION_CSV))
-    write_scalars(tf.summary.create_file_writer(out_dir), result, result["step"])
+    # The numbers first: a folder that cannot be written must not cost them.
     for line in metrics.table():
         log(line)
     if data_stats is not None:
         log(data_stats.summary())
+    out_dir = os.path.join(config.run.model_dir, EVAL_SUBDIR)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, EVAL_JSON), "w") as f:
+            json.dump(result, f, indent=2)
+        metrics.write_confusion_csv(os.path.join(out_dir, CONFUSION_CSV))
+        write_scalars(tf.summary.create_file_writer(out_dir), result, result["step"])
+    except (OSError, tf.errors.OpError) as error:
+        reason = getattr(error, "strerror", None) or str(error).splitlines()[0]
+        raise InputError(f"--model_dir: evaluated, but could not write {out_dir}: "
+                         f"{reason}") from None
     log(f"{images} images in {seconds:.1f} s; wrote {out_dir}/{EVAL_JSON} and {CONFUSION_CSV}")
     return result

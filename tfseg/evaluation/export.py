@@ -36,7 +36,7 @@ def export(config, log=print):
     ``keras.models.load_model`` (for ``tfseg.layers.ResizeLike``).
     """
     model, _, path, _ = load_model(config, stock=True, log=log)
-    export_dir = config.export_dir or os.path.join(config.model_dir, "export")
+    export_dir = config.run.export_dir or os.path.join(config.run.model_dir, "export")
     os.makedirs(export_dir, exist_ok=True)
     module = Segmenter(model)
     tf.saved_model.save(module, os.path.join(export_dir, SAVED_MODEL),

@@ -5,6 +5,8 @@ from typing import Tuple
 
 import tensorflow as tf
 
+from tfseg.models import normalize
+
 
 @dataclasses.dataclass(frozen=True)
 class InferenceConfig:
@@ -35,7 +37,13 @@ def _starts(size, window, stride):
 
 
 class Predictor:
-    """Softmax probabilities [1, H, W, C] for one image [1, H, W, 3] in [-1, 1].
+    """Softmax probabilities [1, H, W, C] for one uint8 RGB image [1, H, W, 3].
+
+    The image is normalised (``tfseg.models.normalize``) once, where the model
+    runs, so only uint8 pixels are copied to the device; windows, scales and
+    padding then work on the normalised image (padding 0: the input range's
+    mean). ``whole``, ``sliding`` and ``multiscale`` take that normalised float
+    image; call the predictor (or ``classes``) with the uint8 one.
 
     The model runs in a ``tf.function`` with relaxed shapes, so images of new
     sizes (scales, windows, data set images) do not retrace every time.
@@ -83,8 +91,17 @@ class Predictor:
         return total / passes
 
     def __call__(self, image):
-        return getattr(self, self.config.mode)(image)
+        """Probabilities float32 [1, H, W, C] of a uint8 image [1, H, W, 3].
+
+        Raises TypeError for another dtype: a float image in [-1, 1] (the old
+        input) would be normalised again into a near-black one, silently.
+        """
+        image = tf.convert_to_tensor(image)
+        if image.dtype != tf.uint8:
+            raise TypeError(f"tfseg: Predictor takes uint8 RGB images (0-255), "
+                            f"got {image.dtype.name}")
+        return getattr(self, self.config.mode)(normalize(image))
 
     def classes(self, image):
-        """int32 class ids [1, H, W]."""
+        """int32 class ids [1, H, W] of a uint8 image [1, H, W, 3]."""
         return tf.argmax(self(image), -1, output_type=tf.int32)

@@ -7,10 +7,10 @@ import os
 import numpy as np
 
 from tfseg import data as data_lib
-from tfseg.train import builders, checkpoints
+from tfseg.runtime import builders, checkpoints, files
 
-# Settings that change which variables exist; taken from the config.json beside the
-# checkpoint so that `--mode=eval` works with the training command's defaults or flagfile.
+# Settings (flag names) that change which variables exist; taken from the config.json beside
+# the checkpoint so that `--mode=eval` works with the training command's defaults or flagfile.
 ARCHITECTURE = ("dataset", "width_multiplier", "middle_repeats", "norm")
 
 Loaded = collections.namedtuple("Loaded", "model classes checkpoint config")
@@ -37,16 +37,18 @@ def resolve(config, log=print):
     output stride is not replaced: evaluating at another stride than the training
     one is legitimate (same weights).
     """
-    path = checkpoints.find_checkpoint(config.model_dir, config.checkpoint)
+    path = files.find_checkpoint(config.run.model_dir, config.run.checkpoint)
     run_dir = os.path.dirname(path) or "."
-    saved = checkpoints.load_config(run_dir)
-    changes = {k: saved[k] for k in ARCHITECTURE if k in saved and saved[k] != getattr(config, k)}
+    saved = files.load_config(run_dir)
+    settings, current = config.settings_of(saved), config.flat()
+    changes = {k: settings[k] for k in ARCHITECTURE
+               if k in settings and settings[k] != current[k]}
     if changes:
-        log(f"using the trained model's settings from {run_dir}/{checkpoints.CONFIG_FILE}: "
+        log(f"using the trained model's settings from {run_dir}/{files.CONFIG_FILE}: "
             f"{changes}")
     elif not saved:
-        log(f"no {checkpoints.CONFIG_FILE} beside {path}: the flags describe the model")
-    return dataclasses.replace(config, checkpoint=path, **changes), saved
+        log(f"no {files.CONFIG_FILE} beside {path}: the flags describe the model")
+    return config.replace(checkpoint=path, **changes), saved
 
 
 def classes(config, saved):
@@ -61,8 +63,9 @@ def classes(config, saved):
 def num_classes(config):
     """The class count of the run in ``config.model_dir`` (its config.json), else of
     the data set's class list (``tfseg.data.class_names``): no images are read."""
-    saved = checkpoints.load_config(config.model_dir)
-    if saved.get("class_names") and saved.get("dataset") == config.dataset:
+    saved = files.load_config(config.run.model_dir)
+    dataset = config.settings_of(saved).get("dataset")
+    if saved.get("class_names") and dataset == config.data.dataset:
         return len(saved["class_names"])
     return len(data_lib.class_names(builders.data_config(config, training=True)))
 
@@ -82,12 +85,13 @@ def load_model(config, stock=False, log=print):
     """
     config, saved = resolve(config, log)
     if stock:
-        config = dataclasses.replace(config, memory_saving=False, recompute=())
+        config = config.replace(memory_saving=False, recompute=())
     builders.set_dtype_policy(config)
     info = classes(config, saved)
     # Inference never needs sync batch norm: it uses the moving statistics.
-    norm = "batch" if config.norm == "sync_batch" else config.norm
+    norm = "batch" if config.model.norm == "sync_batch" else config.model.norm
     model = builders.model(config, info.num_classes, norm)
-    checkpoints.Checkpoints(model, config.model_dir).restore(config.checkpoint)
-    log(f"restored {config.checkpoint}")
-    return Loaded(model, info, config.checkpoint, config)
+    path = config.run.checkpoint
+    checkpoints.Checkpoints(model, config.run.model_dir).restore(path)
+    log(f"restored {path}")
+    return Loaded(model, info, path, config)

@@ -9,8 +9,7 @@ from tfseg.errors import InputError
 from tfseg.evaluation.evaluate import inference_config
 from tfseg.evaluation.inference import Predictor
 from tfseg.evaluation.loading import load_model
-from tfseg.models import normalize
-from tfseg.train.summaries import colourise
+from tfseg.runtime.summaries import colourise
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp")
 OVERLAY_ALPHA = 0.5
@@ -35,13 +34,13 @@ def predict(config, log=print):
     Returns the list of written paths. Output goes to ``config.output_dir``
     (default ``MODEL_DIR/predictions``).
     """
-    if not config.input_path:
+    if not config.run.input_path:
         raise InputError("--input_path: required for --mode=predict (an image or a folder)")
-    paths = list_images(config.input_path)
+    paths = list_images(config.run.input_path)
     # The palette comes from the run's config.json: no data set needed.
     model, classes, _, config = load_model(config, log=log)
     predictor = Predictor(model, inference_config(config))
-    out_dir = config.output_dir or os.path.join(config.model_dir, "predictions")
+    out_dir = config.run.output_dir or os.path.join(config.run.model_dir, "predictions")
     os.makedirs(out_dir, exist_ok=True)
     written = []
     for path in paths:
@@ -49,7 +48,7 @@ def predict(config, log=print):
             rgb = np.asarray(Image.open(path).convert("RGB"))
         except OSError as error:
             raise InputError(f"tfseg: cannot read image {path}: {error}") from None
-        labels = predictor.classes(normalize(rgb[np.newaxis]))[0]
+        labels = predictor.classes(rgb[np.newaxis])[0]  # uint8: normalised inside
         colours = colourise(labels, classes.palette).numpy()
         overlay = (OVERLAY_ALPHA * colours + (1 - OVERLAY_ALPHA) * rgb).astype(np.uint8)
         stem = os.path.splitext(os.path.basename(path))[0]

@@ -1,9 +1,11 @@
-"""DeepLabv3+ with an aligned Xception-65 backbone, as one functional Keras model."""
+"""DeepLabv3+ on the aligned Xception-65 or on any backbone, as one functional Keras model."""
 
 import keras
 
+from tfseg import memory
 from tfseg.layers import ResizeLike
 from tfseg.models import aspp as aspp_lib
+from tfseg.models import backbone as backbone_lib
 from tfseg.models import decoder as decoder_lib
 from tfseg.models import policy as policy_lib
 from tfseg.models import xception
@@ -12,15 +14,16 @@ from tfseg.models import xception
 def deeplab_v3_plus(
     num_classes,
     *,
-    output_stride=16,
+    output_stride=None,
     norm="batch",
-    input_shape=(None, None, 3),
+    input_shape=None,
     width_multiplier=1.0,
     middle_repeats=None,
     dropout=0.1,
     memory_saving=False,
     recompute=None,
     policy=None,
+    backbone=None,
     name="deeplab_v3_plus",
 ):
     """DeepLabv3+ (Chen et al. 2018, https://arxiv.org/abs/1802.02611).
@@ -28,31 +31,59 @@ def deeplab_v3_plus(
     Args:
       num_classes: number of output classes.
       output_stride: 8, 16 or 32; the ratio of input to encoder-output size.
-        The ASPP rates follow it: (12, 24, 36), (6, 12, 18) and none.
-      norm: "batch", "sync_batch" or "group" (see `LayerPolicy`).
-      input_shape: (H, W, 3); None sizes accept any input size.
-      width_multiplier, middle_repeats: shrink the network for tests and CPU
-        runs. The defaults (1.0, 16) are the full Xception-65.
+        The ASPP rates follow it: (12, 24, 36), (6, 12, 18) and none. None: 16
+        for Xception-65, and a backbone's own (inferred, see `backbone`). A
+        stated one must equal a backbone's: an arbitrary backbone cannot be
+        re-dilated.
+      norm: "batch", "sync_batch" or "group" (see `LayerPolicy`); with a
+        backbone, for the ASPP and decoder only.
+      input_shape: (H, W, 3); None sizes accept any input size. Default
+        (None, None, 3). With a backbone the input is the backbone's: leave it None.
+      width_multiplier: shrinks the network (the ASPP and decoder widths too)
+        for tests and CPU runs; 1.0 is the full model.
+      middle_repeats: Xception-65's middle-flow units (default 16); None with a
+        backbone.
       dropout: dropout rate after the ASPP projection.
       memory_saving: use the memory-saving twins (output-only norms, ReLU fused
-        into the next conv, lean dilated depthwise convs), placed by
-        `tfseg.memory.rewrite`, so a rewritten stock model and this one are the
-        same. Same variables, so weights load either way.
-      recompute: None, or backbone block names (e.g. ("middle",) or
+        into the next conv, lean dilated depthwise convs, separable convs that
+        keep only their input), placed by `tfseg.memory.rewrite` on the whole
+        model, backbone included, so a rewritten stock model and this one are
+        the same. Same variable paths, so weights load either way.
+      recompute: None, or Xception-65 block names (e.g. ("middle",) or
         ("entry_block1", "middle", "exit_block1")) whose units keep only their
         input and run again in the backward pass (`tfseg.layers.Recompute`).
-        "entry_block2" cannot be recomputed: the decoder uses its inside.
+        "entry_block2" cannot be recomputed: the decoder uses its inside. A
+        ValueError with a backbone: pass your own `tfseg.memory.Segment`s to
+        `tfseg.memory.rewrite` instead.
       policy: a full `LayerPolicy`; overrides `norm`.
+      backbone: None for the aligned Xception-65, built here. Or any functional
+        `keras.Model` with one image input [N, H, W, C] and a dict output with the
+        end points "low_level" (the decoder's feature, finer than "out"; stride 4
+        in the paper) and "out" (ASPP's input, at stride 8, 16 or 32); other keys
+        are unused. Their strides are inferred from shapes
+        (`tfseg.models.backbone.feature_strides`). The ASPP and decoder are built
+        on the backbone's own graph, so the model is flat: the backbone's input,
+        its layers and variables (training the model trains `backbone`; a
+        memory-saving model is a rewritten copy) plus the head. The backbone's
+        layer names must not clash with the head's ("aspp_*", "decoder_*",
+        "logits", "logits_resize").
 
-    Input: float images normalised to [-1, 1] (`tfseg.models.normalize`),
-    [N, H, W, 3]. Output: float32 logits [N, H, W, num_classes] at the input size.
+    Input: float images normalised to [-1, 1] (`tfseg.models.normalize`) for
+    Xception-65, or what the backbone expects, [N, H, W, 3]. Output: float32
+    logits [N, H, W, num_classes] at the input size.
     """
     if policy is None:
         policy = policy_lib.LayerPolicy(norm=norm)
-    inputs = keras.Input(input_shape, name="image")
-    features = xception.xception_features(
-        inputs, policy, output_stride, width_multiplier, middle_repeats
-    )
+    if backbone is None:
+        output_stride = 16 if output_stride is None else output_stride
+        inputs = keras.Input(input_shape or (None, None, 3), name="image")
+        features = xception.xception_features(
+            inputs, policy, output_stride, width_multiplier, middle_repeats
+        )
+    else:
+        inputs, features, output_stride = _backbone_features(
+            backbone, output_stride, input_shape, middle_repeats, recompute
+        )
     x = aspp_lib.aspp(
         features["out"],
         policy,
@@ -74,9 +105,9 @@ def deeplab_v3_plus(
     )
     model = keras.Model(inputs, outputs, name=name)
     if memory_saving or recompute:
-        from tfseg import memory
-
-        segments = xception.recompute_segments(features, recompute or (), middle_repeats)
+        segments = ()  # a backbone's recompute was refused above
+        if backbone is None:
+            segments = xception.recompute_segments(features, recompute or (), middle_repeats)
         model = memory.rewrite(
             model,
             fuse_separable=memory_saving,
@@ -87,6 +118,28 @@ def deeplab_v3_plus(
             recompute=segments,
         )
     return model
+
+
+def _backbone_features(backbone, output_stride, input_shape, middle_repeats, recompute):
+    """(image, features, output stride) of a passed backbone; refuses the
+    Xception-65-only options, which would otherwise be silently ignored."""
+    if recompute:
+        raise ValueError(
+            f"recompute={recompute!r} names Xception-65 blocks, and backbone "
+            f"{backbone.name!r} is not the built-in Xception-65 (backbone=None); to "
+            f"recompute parts of another backbone, pass tfseg.memory.Segment(name, "
+            f"start_layer, end_layer)s to tfseg.memory.rewrite")
+    given = {"input_shape": input_shape, "middle_repeats": middle_repeats}
+    given = sorted(key for key, value in given.items() if value is not None)
+    if given:
+        raise ValueError(f"{given} only apply to the built-in Xception-65, not to backbone "
+                         f"{backbone.name!r}: leave them None")
+    image, features = backbone_lib.end_points(backbone)
+    stride = backbone_lib.feature_strides(backbone)[backbone_lib.OUT]
+    if output_stride not in (None, stride):
+        raise ValueError(f"output_stride={output_stride}, but backbone {backbone.name!r} "
+                         f"has its 'out' at stride {stride}")
+    return image, features, stride
 
 
 def part_of(layer_name, middle_repeats=None, specs=xception.XCEPTION65):

@@ -10,7 +10,7 @@ import math
 
 import keras
 
-NORMS = ("batch", "sync_batch", "group")
+from tfseg.config import NORMS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,6 +9,8 @@ import dataclasses
 
 import keras
 
+from tfseg.config import RECOMPUTE_BLOCKS
+from tfseg.memory import Segment
 from tfseg.models import policy as policy_lib
 
 
@@ -51,7 +53,8 @@ XCEPTION65 = (
 # Backbone blocks whose units can be recomputed ("entry_block2" cannot: the decoder
 # uses its inside), and the default choice: the largest activations per second of
 # recompute (entry block 1 at stride 2-4, and the 16 middle units).
-RECOMPUTABLE = ("entry_block1", "entry_block3", "middle", "exit_block1", "exit_block2")
+# The names are defined with the config (which imports no TensorFlow), checked here.
+RECOMPUTABLE = RECOMPUTE_BLOCKS
 DEFAULT_RECOMPUTE = ("entry_block1", "middle")
 STEM = "entry_conv"  # the two stem convs: entry_conv1, entry_conv2 (entry flow)
 
@@ -102,8 +105,6 @@ def recompute_segments(features, blocks, middle_repeats=None, specs=XCEPTION65):
     previous unit's output to this unit's output. Only `RECOMPUTABLE` blocks
     can be: others raise a ValueError naming them.
     """
-    from tfseg.memory import Segment
-
     bad = [block for block in blocks if block not in RECOMPUTABLE]
     if bad:
         raise ValueError(

@@ -4,7 +4,7 @@ replays it on a model of TF's executor and allocator: `simulate`, `step_graph`,
 `allocator`).
 
 It sits above `tfseg.train` and `tfseg.memory`: the measured step is the
-training step (`tfseg.train.step.make_train_step` with `tfseg.train.builders`'
+training step (`tfseg.train.step.make_train_step` with `tfseg.runtime.builders`'
 optimizer), and nothing in `tfseg.models`, `tfseg.memory` or `tfseg.train`
 imports it. Its modules are imported by name (`tfseg.profile.measure`), so
 importing the package imports no TensorFlow.

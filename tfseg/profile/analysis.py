@@ -97,11 +97,34 @@ def _layer_names(model):
             for inner in layer._flatten_layers()}
 
 
-def _state_sizes(model, optimizer_slots=1):
-    """The sizes of the buffers that exist before a step: weights and slots."""
-    trainable = [v.numpy().nbytes for v in model.trainable_weights]
-    others = [v.numpy().nbytes for v in model.non_trainable_weights]
-    return trainable * (1 + optimizer_slots) + others
+def _holders(variable):
+    """The `tf.Variable`s that hold `variable`'s memory: a Keras variable's own, or
+    a distributed variable's per-replica copies."""
+    inner = variable.value if isinstance(variable, keras.Variable) else variable
+    return tuple(getattr(inner, "values", (inner,)))
+
+
+def _state(graph, model):
+    """(sizes, optimizer bytes): the buffers that exist before a step of `graph`.
+
+    The model's weights, then every other variable the step reads: the optimizer's
+    state as it was built (SGD's momentum slots, none without momentum; its
+    iteration count and learning rate) and any counter the step keeps. Read from
+    the traced step, not assumed from the optimizer's kind.
+
+    Args:
+      graph: the `tf.Graph` of the traced training step.
+      model: the model it trains.
+    """
+    own = {id(h) for w in model.weights for h in _holders(w)}
+    size = lambda v: v.shape.num_elements() * v.dtype.size  # noqa: E731
+    others = sorted((v for v in graph.variables if id(v) not in own), key=lambda v: v.name)
+    # Laid out for the simulated allocator as a process creates them: the weights,
+    # then the optimizer's state (built for the trainable weights) and the counter.
+    trainable = [size(v) for w in model.trainable_weights for v in _holders(w)]
+    frozen = [size(v) for w in model.non_trainable_weights for v in _holders(w)]
+    extra = [size(v) for v in others]
+    return trainable + frozen + extra, sum(extra)
 
 
 def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None):
@@ -113,13 +136,16 @@ def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None
         first output is the loss.
       args: its arguments, tensors or nests of them (`((images, labels),)`);
         the first dimension of each tensor is the batch.
-      model: the model it trains (momentum SGD: one slot per trainable weight).
+      model: the model it trains. The optimizer's state is read from the traced
+        step: the variables it reads besides the model's weights.
       part_of: layer name -> part name (e.g. "entry_flow"), "" for unknown.
       extra_batches: more batch sizes to estimate the peak at: the step is traced
         for them (not run), e.g. for the slope of memory over the batch.
       workers: inter-op threads to simulate (default: this process's).
 
     Returns a dict: the kept tensors by part, the parameter and gradient bytes,
+    `optimizer_state_bytes` (the variables the step reads besides the model's:
+    the optimizer's slots and scalars, and the step's counter),
     `estimated_peak_bytes` (`simulate`'s allocator peak over the step's start),
     `live_peak_bytes`, `peak_op`, `peak_by_part` (the buffers alive at the peak,
     by part, plus "allocator" for its rounding) and `estimated_peak_by_batch`.
@@ -128,7 +154,7 @@ def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None
     names = _layer_names(model)
     part = lambda layer: part_of(layer) or "loss_and_other"  # noqa: E731
     kept = kept_tensors(graph, graph.outputs[0], names)
-    state = _state_sizes(model)
+    state, optimizer_bytes = _state(graph, model)
     sim = simulate(graph, state, workers)
     at_peak = collections.Counter()
     for buffer, size in sim.live_at_peak.items():
@@ -148,6 +174,7 @@ def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None
         "largest_kept_bytes": max((k.bytes for k in kept), default=0),
         "parameter_bytes": sum(v.numpy().nbytes for v in model.weights),
         "gradient_bytes": sum(v.numpy().nbytes for v in model.trainable_weights),
+        "optimizer_state_bytes": optimizer_bytes,
         "estimated_peak_bytes": sim.peak_bytes,
         "live_peak_bytes": sim.live_peak_bytes,
         "peak_op": sim.peak_op,

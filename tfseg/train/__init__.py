@@ -1,4 +1,5 @@
-"""tfseg training: the run config, builders, the distributed step and the training loop.
+"""tfseg training: the distributed step, the training loop, the model-folder lock.
 
-Entry point: ``tfseg.train.loop.train(RunConfig(...))``; main.py is the command line.
+Entry point: ``tfseg.train.loop.train(Config(...))``; main.py is the command line.
+What training shares with evaluation (builders, checkpoints, signals) is ``tfseg.runtime``.
 """

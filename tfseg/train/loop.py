@@ -12,9 +12,11 @@ import tensorflow as tf
 
 from tfseg import data as data_lib
 from tfseg.errors import InputError, NonFiniteLoss
-from tfseg.train import builders, checkpoints, summaries
+from tfseg.evaluation.evaluate import PeriodicEval
+from tfseg.runtime import builders, checkpoints, files
+from tfseg.runtime.signals import StopRequest
+from tfseg.runtime import summaries
 from tfseg.train.lock import ModelDirLock
-from tfseg.train.signals import StopRequest
 from tfseg.train.step import PixelLoss, make_train_step
 
 PEAK_LABELS = ("gpu_peak_MiB", "cpu_peak_MiB", "rss_peak_MiB")
@@ -73,34 +75,52 @@ class SkippedUpdates:
                 f"--dtype_policy=float32 or mixed_bfloat16.")
 
 
-def build(config, strategy):
-    """Model, optimizer, step counter and checkpoints, restored from ``model_dir`` if it has one."""
-    source = builders.source(config, training=True)
-    if config.class_weights and len(config.class_weights) != source.num_classes:
-        raise InputError(f"--class_weights: {len(config.class_weights)} values for "
-                         f"{source.num_classes} classes of {config.dataset}")
+def build_step(config, strategy, make_model):
+    """(model, optimizer, step counter, train step) of ``config``: the model is
+    ``make_model(norm)``, under the strategy's scope with the norm it needs. The
+    profiler measures this very step (``tfseg.profile.step``)."""
     norm = builders.norm_for(config, strategy)
     with strategy.scope():
-        model = builders.model(config, source.num_classes, norm)
+        model = make_model(norm)
         optimizer = builders.optimizer(config, model)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-    ckpts = checkpoints.Checkpoints(model, config.model_dir, strategy,
-                                    config.keep_checkpoints, optimizer=optimizer, step=step)
-    return source, model, optimizer, step, ckpts, norm
+    train_step = make_train_step(strategy, model, optimizer, PixelLoss(config.optim.class_weights),
+                                 step, config.run.jit_compile,
+                                 *builders.l2_weight_decay(config, model))
+    return model, optimizer, step, train_step
+
+
+def build(config, strategy):
+    """The data set's source, the training step's parts (``build_step``), the batches-read
+    counter and the checkpoints (not restored yet).
+
+    Batches read is the step plus the batches of updates that the loss-scale optimizer
+    skipped: it says where the input resumes. It is this host's, outside the
+    strategy's scope.
+    """
+    source = builders.source(config, training=True)
+    if config.optim.class_weights and len(config.optim.class_weights) != source.num_classes:
+        raise InputError(f"--class_weights: {len(config.optim.class_weights)} values for "
+                         f"{source.num_classes} classes of {config.data.dataset}")
+    model, optimizer, step, train_step = build_step(
+        config, strategy, lambda norm: builders.model(config, source.num_classes, norm))
+    read = tf.Variable(0, dtype=tf.int64, trainable=False, name="batches_read")
+    ckpts = checkpoints.Checkpoints(model, config.run.model_dir, strategy,
+                                    config.run.keep_checkpoints, optimizer=optimizer, step=step,
+                                    batches_read=read)
+    return source, model, optimizer, step, train_step, read, ckpts
 
 
 def periodic_eval(config, model, source, chief):
     """``evaluate(step)`` for ``--eval_every``, or None: off, or not the chief (which owns
     the TensorBoard files; inference needs no other worker)."""
-    if not config.eval_every or not chief:
+    if not config.run.eval_every or not chief:
         return None
-    from tfseg.evaluation.evaluate import PeriodicEval  # evaluation imports train.builders
-
     return PeriodicEval(config, model, source.class_names)
 
 
 def train(config, log=print, stop=None):
-    """Trains until ``config.train_steps``, resuming from ``config.model_dir``.
+    """Trains until ``config.optim.train_steps``, resuming from ``config.run.model_dir``.
 
     SIGTERM/SIGINT are caught from the start (``stop``: a ``StopRequest`` the
     caller entered earlier, else one of its own): during set-up they end the run
@@ -117,77 +137,84 @@ def train(config, log=print, stop=None):
     """
     with contextlib.nullcontext(stop) if stop is not None else StopRequest() as stop:
         strategy = builders.strategy(config)
-        if config.batch_size < strategy.num_replicas_in_sync:
+        if config.data.batch_size < strategy.num_replicas_in_sync:
             # A replica with an empty batch has no batch statistics: its norm gives NaN.
-            raise InputError(f"--batch_size: {config.batch_size} is less than the "
+            raise InputError(f"--batch_size: {config.data.batch_size} is less than the "
                              f"{strategy.num_replicas_in_sync} replicas; give each at least "
                              f"one image")
         # Only the chief writes model_dir; the other workers' scratch folders are their own.
-        lock = ModelDirLock(config.model_dir, log) if checkpoints.is_chief(strategy) else (
+        lock = ModelDirLock(config.run.model_dir, log) if checkpoints.is_chief(strategy) else (
             contextlib.nullcontext())
         with lock:
             return _train(config, strategy, stop, log)
 
 
 def _train(config, strategy, stop, log):
+    run, optim = config.run, config.optim
+    if run.seed >= 0:
+        # The initial weights and dropout too: with --deterministic, a run is repeatable.
+        keras.utils.set_random_seed(run.seed)
     builders.set_dtype_policy(config)
-    source, model, optimizer, step, ckpts, norm = build(config, strategy)
+    source, model, optimizer, step, train_step, read, ckpts = build(config, strategy)
+    norm = builders.norm_for(config, strategy)
     if ckpts.chief:
         ckpts.remove_leftovers()  # of saves a kill interrupted; we hold the folder's lock
-    restored = ckpts.restore()
+    restored = ckpts.resume(log)
     start = int(step.numpy())
     log(f"{model.name}: {model.count_params():,} parameters, {source.num_classes} classes, "
         f"{norm} norm, {strategy.num_replicas_in_sync} replica(s); "
         + (f"resumed from {restored} at step {start}" if restored else "from scratch"))
     if ckpts.chief:
         # Class names and palette too: predict and export then need no data set.
-        checkpoints.save_config(config, config.model_dir, class_names=list(source.class_names),
-                                palette=np.asarray(source.palette).tolist())
+        files.save_config(config, run.model_dir, class_names=list(source.class_names),
+                          palette=np.asarray(source.palette).tolist())
     result = dict(step=start, loss=None, stopped_by=None, checkpoint=restored)
-    if start >= config.train_steps:
-        log(f"already trained to step {start} (--train_steps={config.train_steps})")
+    if start >= optim.train_steps:
+        log(f"already trained to step {start} (--train_steps={optim.train_steps})")
         return result
     if stop:
         result["stopped_by"] = stop.signal
         log(f"{stop.signal} during set-up: stopped before the first step; nothing to save")
         return result
 
-    # Outside the strategy's scope: the counters are this host's, not mirrored.
+    # The input goes on where the checkpoint's left it (a checkpoint saved before the
+    # count was kept: at its step). Outside the strategy's scope: the pipeline's counters
+    # are this host's, not mirrored.
     dataset, data_stats = data_lib.build_dataset_with_stats(
-        builders.data_config(config, training=True), training=True)
-    batches = data_lib.iterate(data_lib.distribute(dataset.repeat(), strategy))
-    train_step = make_train_step(strategy, model, optimizer, PixelLoss(config.class_weights),
-                                 step, config.jit_compile,
-                                 *builders.l2_weight_decay(config, model))
+        builders.data_config(config, training=True), training=True,
+        start_batch=int(read.numpy()) or start)
+    batches = data_lib.iterate(data_lib.distribute(dataset, strategy))
     evaluate = periodic_eval(config, model, source, ckpts.chief)
-    writer = (tf.summary.create_file_writer(os.path.join(config.model_dir, "train"))
+    writer = (tf.summary.create_file_writer(os.path.join(run.model_dir, "train"))
               if ckpts.chief else tf.summary.create_noop_writer())
-    progbar = keras.utils.Progbar(config.train_steps - start, interval=0.0,
+    progbar = keras.utils.Progbar(optim.train_steps - start, interval=0.0,
                                   stateful_metrics=["lr", "img/s", *PEAK_LABELS])
     window_start, window_steps = time.perf_counter(), 0
     saved_at = start if restored else None  # the step whose checkpoint is on disk
-    skipped = SkippedUpdates(config.max_skipped_updates, log)
+    skipped = SkippedUpdates(run.max_skipped_updates, log)
 
     with writer.as_default():
-        while int(step.numpy()) < config.train_steps:
+        while int(step.numpy()) < optim.train_steps:
             batch = next(batches)
             loss, finite, predictions = train_step(batch)
+            read.assign_add(1)
             current, loss = int(step.numpy()), float(loss)
             if not bool(finite):
                 # Without loss scaling the gradients are checked too: the loss may be finite.
                 raise NonFiniteLoss(
                     f"non-finite loss or gradients (loss {loss}) at step {current + 1}: stopped "
-                    f"without saving; the last good "
-                    f"checkpoint is {ckpts.latest or '(none)'}. Lower --learning_rate or add "
+                    f"without saving; the last good checkpoint is "
+                    f"{result['checkpoint'] or '(none)'}. Lower --learning_rate or add "
                     f"--warmup_steps.")
             # False when the loss-scale optimizer skipped the update: nothing to log or save.
             advanced = current > result["step"]
-            skipped(advanced, current, optimizer, ckpts.latest)
+            # The last checkpoint saved or restored, as kept here: no file read per step.
+            skipped(advanced, current, optimizer, result["checkpoint"])
             window_steps += 1
             result.update(step=current, loss=loss)
-            if advanced and (current % config.log_every == 0 or current == config.train_steps):
+            if advanced and (current % run.log_every == 0 or current == optim.train_steps):
                 seconds = time.perf_counter() - window_start
-                images_per_s = window_steps * config.batch_size / max(seconds, 1e-9)
+                images_per_s = window_steps * config.data.batch_size / max(seconds, 1e-9)
                 lr = float(optimizer.learning_rate)  # the schedule's value now
                 peak_label, peak = memory_peak()
                 progbar.update(current - start, [
@@ -200,20 +227,20 @@ def _train(config, strategy, stop, log):
                     # Counted as the pipeline reads ahead, so a little ahead of `current`.
                     for name, count in data_stats.as_dict().items():
                         tf.summary.scalar(f"data/{name}", count, step=current)
-                if current % (config.log_every * 4) == 0:
+                if current % (run.log_every * 4) == 0:
                     images, labels = (strategy.experimental_local_results(t)[0] for t in batch)
                     summaries.write_samples(images, labels, predictions, source.palette, current,
-                                            config.num_summary_images)
+                                            run.num_summary_images)
                 window_start, window_steps = time.perf_counter(), 0
-            if advanced and evaluate and current % config.eval_every == 0:
+            if advanced and evaluate and current % run.eval_every == 0:
                 eval_start = time.perf_counter()
                 metrics = evaluate(current)
-                log(f"\nstep {current}: {config.eval_split} mIoU {metrics['miou']:.4f} "
+                log(f"\nstep {current}: {config.data.eval_split} mIoU {metrics['miou']:.4f} "
                     f"(whole image, {metrics['images']} images, {metrics['seconds']:.1f} s)")
                 # images/s counts training only: the window skips the evaluation.
                 window_start += time.perf_counter() - eval_start
-            if (advanced and (current % config.checkpoint_every == 0
-                              or current == config.train_steps)) or (stop and saved_at != current):
+            if (advanced and (current % run.checkpoint_every == 0
+                              or current == optim.train_steps)) or (stop and saved_at != current):
                 result["checkpoint"], saved_at = ckpts.save(current), current
             if stop:
                 result["stopped_by"] = stop.signal

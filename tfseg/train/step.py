@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from tfseg.data import IGNORE_LABEL
+from tfseg.models import normalize
 
 
 class PixelLoss:
@@ -51,6 +52,11 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
                     weight_decay=0.0, decayed=()):
     """A tf.function: one distributed batch -> (loss, finite flag, replica 0's predictions).
 
+    A batch is (images uint8 [B, H, W, 3], labels int32 [B, H, W]), as
+    ``tfseg.data.build_dataset`` makes them (float 0-255 images work too).
+    Each replica normalises its images (``tfseg.models.normalize``) on its own
+    device, so the host->device copy carries 1 byte a channel, not 4.
+
     The loss is ``loss_fn``'s plus, with ``decayed`` kernels, ``l2_penalty``:
     each replica adds its share, so the summed gradients hold it once.
 
@@ -73,7 +79,7 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
 
     def forward_backward(images, labels):
         with tf.GradientTape() as tape:
-            logits = model(images, training=True)
+            logits = model(normalize(images), training=True)
             loss = loss_fn(labels, logits)
             if decayed:
                 loss += l2_penalty(weight_decay, decayed) / strategy.num_replicas_in_sync

@@ -16,15 +16,14 @@ def colourise(labels, palette):
     return tf.gather(tf.constant(table), tf.clip_by_value(tf.cast(labels, tf.int32), 0, 255))
 
 
-def to_uint8(images):
-    """Model inputs in [-1, 1] -> uint8 images."""
-    return tf.cast(tf.clip_by_value((images + 1.0) * 127.5, 0, 255), tf.uint8)
-
-
 def write_samples(images, labels, predictions, palette, step, count=2, name="samples"):
-    """Writes image | ground truth | prediction strips to the default summary writer."""
+    """Writes image | ground truth | prediction strips to the default summary writer.
+
+    ``images`` are the training batch's uint8 RGB [N, H, W, 3] (normalised only on
+    the device, inside the step).
+    """
     if count <= 0:
         return
-    strip = tf.concat([to_uint8(images[:count]), colourise(labels[:count], palette),
+    strip = tf.concat([tf.cast(images[:count], tf.uint8), colourise(labels[:count], palette),
                        colourise(predictions[:count], palette)], axis=2)
     tf.summary.image(name, strip, step=step, max_outputs=count)

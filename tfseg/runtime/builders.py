@@ -1,4 +1,6 @@
-"""Builds the strategy, model, optimizer and data configs that a ``RunConfig`` describes."""
+"""Builds the strategy, model, optimizer and data configs a ``tfseg.config.Config`` describes."""
+
+import dataclasses
 
 import keras
 import tensorflow as tf
@@ -37,43 +39,37 @@ class WarmupPolyDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def strategy(config):
-    """The ``tf.distribute`` strategy named by ``config.strategy``.
+    """The ``tf.distribute`` strategy named by ``config.run.strategy``.
 
     "multi_worker" reads the cluster from the ``TF_CONFIG`` environment variable.
     """
-    if config.strategy == "one_device":
+    name = config.run.strategy
+    if name == "one_device":
         gpus = tf.config.list_logical_devices("GPU")
         return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
-    if config.strategy == "mirrored":
+    if name == "mirrored":
         return tf.distribute.MirroredStrategy()
-    if config.strategy == "multi_worker":
+    if name == "multi_worker":
         return tf.distribute.MultiWorkerMirroredStrategy()
     return tf.distribute.get_strategy()
 
 
 def norm_for(config, strategy_):
     """Batch norm becomes sync batch norm when more than one replica shares a step."""
-    if config.norm == "batch" and strategy_.num_replicas_in_sync > 1:
+    if config.model.norm == "batch" and strategy_.num_replicas_in_sync > 1:
         return "sync_batch"
-    return config.norm
+    return config.model.norm
 
 
 def set_dtype_policy(config):
-    keras.mixed_precision.set_global_policy(config.dtype_policy)
+    keras.mixed_precision.set_global_policy(config.run.dtype_policy)
 
 
 def model(config, num_classes, norm=None):
-    """The DeepLabv3+ of ``config`` (build it under the strategy's scope)."""
-    return deeplab_v3_plus(
-        num_classes,
-        output_stride=config.output_stride,
-        norm=norm or config.norm,
-        width_multiplier=config.width_multiplier,
-        middle_repeats=config.middle_repeats,
-        dropout=config.dropout,
-        memory_saving=config.memory_saving,
-        recompute=tuple(config.recompute) or None,
-    )
+    """The DeepLabv3+ of ``config.model`` (build it under the strategy's scope), with
+    ``norm`` instead of the configured one if given (``norm_for``)."""
+    kwargs = dataclasses.asdict(config.model)
+    return deeplab_v3_plus(num_classes, **{**kwargs, "norm": norm or kwargs["norm"]})
 
 
 def decayed_kernels(model_):
@@ -97,15 +93,16 @@ def optimizer(config, model_):
     Under ``mixed_float16`` the optimizer is wrapped in a ``LossScaleOptimizer``,
     which also skips non-finite updates.
     """
-    schedule = WarmupPolyDecay(config.learning_rate, config.train_steps, config.warmup_steps,
-                               config.end_learning_rate, config.lr_power)
-    decoupled = config.weight_decay if config.weight_decay_type == "decoupled" else 0.0
-    sgd = keras.optimizers.SGD(schedule, momentum=config.momentum, weight_decay=decoupled or None)
+    optim = config.optim
+    schedule = WarmupPolyDecay(optim.learning_rate, optim.train_steps, optim.warmup_steps,
+                               optim.end_learning_rate, optim.lr_power)
+    decoupled = optim.weight_decay if optim.weight_decay_type == "decoupled" else 0.0
+    sgd = keras.optimizers.SGD(schedule, momentum=optim.momentum, weight_decay=decoupled or None)
     if decoupled:
         decayed = {id(v) for v in decayed_kernels(model_)}
         sgd.exclude_from_weight_decay(
             var_list=[v for v in model_.trainable_variables if id(v) not in decayed])
-    if config.dtype_policy == "mixed_float16":
+    if config.run.dtype_policy == "mixed_float16":
         sgd = keras.optimizers.LossScaleOptimizer(sgd)
     # Built now (under the caller's strategy scope): a restore then fills the momentum
     # slots at once, and no variable is created inside the distributed step's tf.cond.
@@ -115,33 +112,32 @@ def optimizer(config, model_):
 
 def l2_weight_decay(config, model_):
     """(weight, kernels) of the L2 loss term, or (0.0, []) when decay is decoupled or off."""
-    if config.weight_decay_type != "l2" or not config.weight_decay:
+    if config.optim.weight_decay_type != "l2" or not config.optim.weight_decay:
         return 0.0, []
-    return config.weight_decay, decayed_kernels(model_)
+    return config.optim.weight_decay, decayed_kernels(model_)
 
 
 def data_config(config, training, batch_size=None):
-    """The ``tfseg.data.DataConfig`` for the training or the evaluation split.
+    """The ``tfseg.data.DataConfig`` of the training or the evaluation split: ``config.data``'s
+    settings that the pipeline shares, by name, and per split:
 
-    Only training goes through ``--data_service``: evaluation reads every image
-    once, in file order, in-process (a service in "parallel_epochs" mode would
-    hand each worker its own full epoch).
+    - the split, and the batch (evaluation: 1 unless ``batch_size``);
+    - the in-memory cache and ``--data_service`` for training only: evaluation reads
+      every image once, in file order, in-process (a service in "parallel_epochs"
+      mode would hand each worker its own full epoch);
+    - the run's seed; -1 is fresh randomness (None).
     """
-    return data_lib.DataConfig(
-        dataset=config.dataset,
-        root=config.data_dir,
-        split=config.train_split if training else config.eval_split,
-        crop_size=tuple(config.crop_size),
-        batch_size=batch_size or (config.batch_size if training else 1),
-        scale_range=tuple(config.scale_range),
-        jitter=config.jitter,
-        cache=config.cache and training,
-        cache_max_gb=config.cache_max_gb,
-        deterministic=config.deterministic,
-        skip_bad_examples=config.skip_bad_examples,
-        data_service=(config.data_service or None) if training else None,
-        seed=config.seed,
-    )
+    settings = config.data
+    shared = {f.name: getattr(settings, f.name) for f in dataclasses.fields(data_lib.DataConfig)
+              if hasattr(settings, f.name)}
+    return data_lib.DataConfig(**{
+        **shared,
+        "split": settings.train_split if training else settings.eval_split,
+        "batch_size": batch_size or (settings.batch_size if training else 1),
+        "cache": settings.cache and training,
+        "data_service": (settings.data_service or None) if training else None,
+        "seed": None if config.run.seed < 0 else config.run.seed,
+    })
 
 
 def source(config, training=False):

@@ -1,0 +1,28 @@
+"""What a ``Config`` carries into the data pipeline's ``DataConfig`` and the model."""
+
+from tfseg.config import Config
+from tfseg.runtime import builders
+
+
+def test_data_flags_reach_the_training_data_config_only():
+    config = Config.from_flat(data_service="grpc://localhost:5050", deterministic=True,
+                              skip_bad_examples=True, data_dir="/data/x", scale_range=(0.75, 1.5))
+    train = builders.data_config(config, training=True)
+    assert train.data_service == "grpc://localhost:5050"
+    assert train.deterministic and train.skip_bad_examples
+    assert (train.root, train.scale_range, train.batch_size) == ("/data/x", (0.75, 1.5), 8)
+    # Evaluation reads every image once, in order, in-process.
+    evaluation = builders.data_config(config, training=False)
+    assert evaluation.data_service is None and evaluation.split == "val"
+    assert evaluation.skip_bad_examples and evaluation.batch_size == 1
+    assert builders.data_config(Config(), training=True).data_service is None
+    assert builders.data_config(Config.from_flat(seed=-1), training=True).seed is None
+
+
+def test_the_model_section_is_the_model():
+    config = Config.from_flat(width_multiplier=0.125, middle_repeats=1, output_stride=32,
+                              norm="group", memory_saving=True)
+    model = builders.model(config, num_classes=3)
+    names = {layer.name for layer in model.layers}
+    assert "middle_unit2_sepconv1" not in str(names) and model.output_shape[-1] == 3
+    assert builders.model(config, 3, norm="batch").count_params() != model.count_params()

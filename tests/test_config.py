@@ -1,0 +1,80 @@
+"""``tfseg.config``: one nested, frozen config; flags by name; validation naming the flag."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tfseg.config import SECTIONS, Config, Data, Model, flag_table
+from tfseg.errors import InputError
+
+
+@pytest.mark.parametrize("flag,value", [
+    ("dropout", 2.0), ("dropout", -0.1), ("momentum", 5.0), ("momentum", 1.0),
+    ("dataset", "foo"), ("scale_range", (2.0, 0.5)), ("scale_range", (0.0, 1.0)),
+    ("data_service", "localhost:5000"), ("eval_every", -1), ("weight_decay", -1e-4),
+    ("end_learning_rate", 1.0), ("lr_power", 0.0), ("num_summary_images", -1),
+    ("report_verify_seconds", -1.0), ("weight_decay_type", "adamw"),
+    ("max_skipped_updates", 0), ("eval_mode", "tiles"), ("eval_stride", (200, 200)),
+    ("recompute", ("entry_block2",)), ("crop_size", (100, 100)), ("mode", "dance"),
+])
+def test_bad_values_name_their_flag(flag, value):
+    with pytest.raises(InputError, match=f"^--{flag}: "):
+        Config.from_flat(**{flag: value})
+
+
+def test_cross_section_rules_name_a_flag():
+    # The crop (data) must fit the output stride (model): 65 = 8 * 8 + 1 and 97 = 8 * 12 + 1.
+    assert Config.from_flat(crop_size=(65, 97), output_stride=8).data.crop_size == (65, 97)
+    with pytest.raises(InputError, match="^--crop_size: 66x66 does not fit output stride 32"):
+        Config.from_flat(crop_size=(66, 66), output_stride=32)
+    with pytest.raises(InputError, match="^--jit_compile: "):
+        Config.from_flat(jit_compile=True, strategy="mirrored")
+    with pytest.raises(InputError, match="^--warmup_steps: "):
+        Config.from_flat(train_steps=10, warmup_steps=10)
+
+
+def test_flat_names_route_to_their_sections():
+    config = Config.from_flat(data_dir="/d", eval_mode="sliding", eval_crop=(65, 65),
+                              eval_stride=(33, 33), width_multiplier=0.5, momentum=0.5,
+                              model_dir="/m")
+    assert (config.data.root, config.eval.mode, config.eval.crop) == ("/d", "sliding", (65, 65))
+    assert (config.model.width_multiplier, config.optim.momentum) == (0.5, 0.5)
+    assert config.run.model_dir == "/m" and config.flat()["data_dir"] == "/d"
+    # Everything else keeps its default, section by section.
+    assert config.model == Model(width_multiplier=0.5) and config.data == Data(root="/d")
+    with pytest.raises(TypeError, match="no setting 'root'"):
+        config.replace(root="/x")  # a field name is not a flag name
+
+
+def test_every_field_is_one_flag_with_help():
+    table = flag_table()
+    fields = sum(len(cls.__dataclass_fields__) for cls in SECTIONS.values())
+    assert len(table) == fields  # no two fields share a flag name
+    assert all(field.metadata["help"] for _, field in table.values())
+
+
+def test_flags_parse_lists_and_saved_configs_round_trip():
+    values = {**Config().flat(), "crop_size": ["65"], "eval_scales": ["0.5", "1"],
+              "recompute": ["middle"], "class_weights": [], "scale_range": ["0.5", "2"],
+              "eval_crop": ["129", "129"], "eval_stride": ["86", "86"]}
+    config = Config.from_flags(values)
+    assert config.data.crop_size == (65, 65) and config.eval.scales == (0.5, 1.0)
+    assert config.model.recompute == ("middle",)
+    with pytest.raises(InputError, match="^--crop_size: expected numbers"):
+        Config.from_flags({**values, "crop_size": ["big"]})
+    with pytest.raises(InputError, match="^--eval_crop: expected 2 values, got 3"):
+        Config.from_flags({**values, "eval_crop": ["1", "2", "3"]})
+    saved = {**json.loads(config.to_json()), "class_names": ["a"], "palette": [[0, 0, 0]]}
+    assert Config.from_dict(saved) == config
+    # A run saved before the sections: flat flag names.
+    assert Config.from_dict({"width_multiplier": 0.5, "data_dir": "/d", "class_names": []}) == \
+        Config.from_flat(width_multiplier=0.5, data_dir="/d")
+
+
+def test_the_config_module_imports_no_tensorflow():
+    code = ("import sys, tfseg.config, tfseg.errors, tfseg.runtime.signals; "
+            "print('tensorflow' in sys.modules or 'keras' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

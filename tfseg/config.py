@@ -1,0 +1,360 @@
+"""``Config``: every setting of a run, one frozen value in five sections, without TensorFlow.
+
+    Config(data=Data(...), model=Model(...), optim=Optim(...), eval=Eval(...), run=Run(...))
+
+The sections are the parts' own arguments: ``Model`` is ``deeplab_v3_plus``'s
+keyword arguments, ``Eval`` is ``InferenceConfig``'s, ``Data`` the shared part of
+each split's ``DataConfig``. Each field is also a command-line flag: its name
+is the field's, or ``flag=`` where a bare name would be ambiguous (``--eval_mode``),
+and its help, type and list shape are in the field's metadata, so main.py
+generates the flags from here (``flag_table``) and nothing restates them.
+Flag names are unique across sections: ``Config.from_flat`` and ``replace`` take them.
+
+Names that TensorFlow-side packages also check (data sets, norms, recomputable
+blocks) are defined here, once: ``--mode=validate`` imports no TensorFlow.
+Validation messages name the flag (``--crop_size: ...``).
+"""
+
+import dataclasses
+import json
+from typing import Tuple
+
+from tfseg.errors import InputError
+
+MODES = ("train_and_eval", "train", "eval", "predict", "export", "report", "convert",
+         "validate")
+DATASETS = ("cityscapes", "voc", "camvid", "synthetic", "tfrecord")
+NORMS = ("batch", "sync_batch", "group")
+RECOMPUTE_BLOCKS = ("entry_block1", "entry_block3", "middle", "exit_block1", "exit_block2")
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
+DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
+EVAL_MODES = ("whole", "sliding", "multiscale")
+WEIGHT_DECAY_TYPES = ("l2", "decoupled")
+
+
+def setting(default, help, flag=None, items=None):
+    """A config field that is also a flag. ``items``: (type, count or None) of a list
+    flag's values; a single value is repeated to ``count``."""
+    return dataclasses.field(default=default, metadata=dict(help=help, flag=flag, items=items))
+
+
+def check(ok, flag, message):
+    if not ok:
+        raise InputError(f"--{flag}: {message}")
+
+
+def crop_ok(size, output_stride):
+    """The crop rule: each side is a multiple of the output stride, or one more.
+
+    "multiple + 1" (513, 769) is research/deeplab's corner-aligned convention,
+    "multiple" (1024x2048) is Cityscapes' full size. Other sizes work but leave
+    a ragged feature-map edge, which costs accuracy for nothing.
+    """
+    return size >= output_stride and size % output_stride in (0, 1)
+
+
+def _one_of(value, names, flag):
+    check(value in names, flag, f"must be one of {', '.join(names)}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Data:
+    """The input: the data set, its splits, the training crop, batch and augmentation."""
+
+    dataset: str = setting("synthetic", "synthetic, cityscapes, voc, camvid or tfrecord.")
+    root: str = setting("data/synthetic", "Data set folder (synthetic: written on first use).",
+                        flag="data_dir")
+    train_split: str = setting("train", "Training split.")
+    eval_split: str = setting("val", "Evaluation split.")
+    crop_size: Tuple[int, int] = setting(
+        (128, 128), "Training crop HEIGHT,WIDTH (or one size); each a multiple of "
+        "--output_stride or one more.", items=(int, 2))
+    batch_size: int = setting(8, "Global training batch (over all replicas).")
+    scale_range: Tuple[float, float] = setting((0.5, 2.0), "Random scale MIN,MAX.",
+                                               items=(float, 2))
+    jitter: bool = setting(False, "Photometric jitter.")
+    cache: bool = setting(False, "Cache decoded training images in memory (refused when "
+                          "the split would not fit).")
+    cache_max_gb: float = setting(4.0, "--cache is refused when the decoded training split "
+                                  "would take more GB (10^9 bytes) than this, or than the "
+                                  "free memory (the container's limit included).")
+    data_service: str = setting("", "grpc://HOST:PORT of a tf.data service dispatcher for "
+                                "the training input (default: in-process).")
+    data_service_timeout: float = setting(30.0, "Seconds to wait for --data_service's "
+                                          "dispatcher to answer before stopping (exit 2).")
+    deterministic: bool = setting(False, "Fixed element order in the training input "
+                                  "(reproducible batches with --seed; a little slower).")
+    skip_bad_examples: bool = setting(False, "Log, count and drop unreadable files instead "
+                                      "of stopping.")
+
+    def __post_init__(self):
+        _one_of(self.dataset, DATASETS, "dataset")
+        check(len(self.scale_range) == 2 and 0 < self.scale_range[0] <= self.scale_range[1],
+              "scale_range", f"must be MIN,MAX with 0 < MIN <= MAX, got "
+              f"{','.join(map(str, self.scale_range))}")
+        check(not self.data_service or self.data_service.startswith("grpc://"),
+              "data_service", f"must look like grpc://HOST:PORT, got {self.data_service!r}")
+        check(self.cache_max_gb > 0, "cache_max_gb", "must be > 0")
+        check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        check(len(self.crop_size) == 2, "crop_size", "must be HEIGHT,WIDTH")
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """``tfseg.models.deeplab_v3_plus``'s keyword arguments (the classes come from the data)."""
+
+    output_stride: int = setting(16, "8, 16 or 32.")
+    norm: str = setting("batch", "batch, sync_batch or group (batch becomes sync_batch with "
+                        "more than one replica).")
+    width_multiplier: float = setting(0.25, "Channel width multiplier (1 = full).")
+    middle_repeats: int = setting(2, "Middle-flow units (16 = full).")
+    dropout: float = setting(0.1, "Dropout after the ASPP projection.")
+    memory_saving: bool = setting(False, "Fused ReLU+depthwise, output-only norms.")
+    recompute: Tuple[str, ...] = setting((), "Backbone blocks to recompute, e.g. middle.",
+                                         items=(str, None))
+
+    def __post_init__(self):
+        check(self.output_stride in (8, 16, 32), "output_stride",
+              f"must be 8, 16 or 32, got {self.output_stride}")
+        _one_of(self.norm, NORMS, "norm")
+        check(self.width_multiplier > 0, "width_multiplier", "must be > 0")
+        check(self.middle_repeats >= 1, "middle_repeats", "must be >= 1")
+        check(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
+        for block in self.recompute:
+            check(block in RECOMPUTE_BLOCKS, "recompute",
+                  f"unknown block {block!r}; choose from {', '.join(RECOMPUTE_BLOCKS)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Optim:
+    """SGD with ``momentum`` on a poly schedule, the loss's class weights and weight decay.
+
+    The learning rate warms up linearly over ``warmup_steps``, then decays (power
+    ``lr_power``) to ``end_learning_rate`` at ``train_steps``. ``weight_decay_type``
+    "l2" adds ``weight_decay / 2 * sum(kernel ** 2)`` to the loss, as research/deeplab's
+    ``l2_regularizer`` does, so its gradient passes through momentum; "decoupled" is
+    the optimizer's ``kernel -= lr * weight_decay * kernel``. With momentum m, L2
+    decays about 1 / (1 - m) times (10x at 0.9) as fast. Both skip depthwise kernels
+    (research/deeplab's ``regularize_depthwise=False``), norm parameters and biases.
+    """
+
+    train_steps: int = setting(1500, "Total training steps.")
+    learning_rate: float = setting(0.05, "Peak learning rate.")
+    end_learning_rate: float = setting(0.0, "Learning rate at the last step.")
+    lr_power: float = setting(0.9, "Poly decay power.")
+    warmup_steps: int = setting(50, "Linear warm-up steps.")
+    momentum: float = setting(0.9, "SGD momentum.")
+    weight_decay: float = setting(4e-5, "Weight decay on conv kernels (not depthwise kernels, "
+                                  "norms or biases).")
+    weight_decay_type: str = setting(
+        "l2", "l2: a loss term, as research/deeplab (through momentum: ~1/(1-momentum) times "
+        "stronger); decoupled: the optimizer's lr * wd * kernel.")
+    class_weights: Tuple[float, ...] = setting(
+        (), "One loss weight per class (default: all 1).", items=(float, None))
+
+    def __post_init__(self):
+        check(self.train_steps >= 1, "train_steps", "must be >= 1")
+        check(self.learning_rate > 0, "learning_rate", "must be > 0")
+        check(0 <= self.end_learning_rate <= self.learning_rate, "end_learning_rate",
+              "must be >= 0 and at most --learning_rate")
+        check(self.lr_power > 0, "lr_power", "must be > 0")
+        check(0 <= self.warmup_steps < self.train_steps, "warmup_steps",
+              "must be >= 0 and smaller than --train_steps")
+        check(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
+        check(self.weight_decay >= 0, "weight_decay", "must be >= 0")
+        _one_of(self.weight_decay_type, WEIGHT_DECAY_TYPES, "weight_decay_type")
+        check(all(w >= 0 for w in self.class_weights), "class_weights", "must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class Eval:
+    """How evaluation turns a whole image into class probabilities
+    (``tfseg.evaluation.inference.InferenceConfig``'s fields)."""
+
+    mode: str = setting("whole", "whole, sliding or multiscale.", flag="eval_mode")
+    crop: Tuple[int, int] = setting((129, 129), "Sliding window HEIGHT,WIDTH.",
+                                    flag="eval_crop", items=(int, 2))
+    stride: Tuple[int, int] = setting((86, 86), "Sliding window stride.", flag="eval_stride",
+                                      items=(int, 2))
+    scales: Tuple[float, ...] = setting((0.75, 1.0, 1.25), "Multi-scale factors.",
+                                        flag="eval_scales", items=(float, None))
+    flip: bool = setting(True, "Multi-scale: add left-right flips.", flag="eval_flip")
+
+    def __post_init__(self):
+        _one_of(self.mode, EVAL_MODES, "eval_mode")
+        check(len(self.crop) == 2 and min(self.crop) >= 1, "eval_crop", "must be HEIGHT,WIDTH")
+        check(len(self.stride) == 2 and all(0 < s <= c for s, c in zip(self.stride, self.crop)),
+              "eval_stride", "must be positive and at most --eval_crop (windows must overlap "
+              "or touch)")
+        check(self.scales and min(self.scales) > 0, "eval_scales", "must be > 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """What runs, where its files go, how it is placed and kept.
+
+    ``checkpoint_every`` steps between checkpoints, ``keep_checkpoints`` kept;
+    ``log_every`` steps between progress lines and TensorBoard scalars;
+    ``eval_every`` steps between whole-image mIoU evaluations in training (0: none);
+    ``max_skipped_updates`` consecutive updates skipped by the loss-scale optimizer
+    (``mixed_float16``: non-finite gradients) stop the run with exit code 3.
+    """
+
+    mode: str = setting("train_and_eval", f"One of {', '.join(MODES)}.")
+    seed: int = setting(0, "Seed of the initial weights, dropout, the input order and its "
+                        "augmentation (-1: fresh randomness).")
+    model_dir: str = setting("runs/synthetic", "Checkpoints, config.json, TensorBoard logs, "
+                             "eval.")
+    strategy: str = setting("default", "default, one_device, mirrored or multi_worker "
+                            "(cluster from TF_CONFIG).")
+    dtype_policy: str = setting("float32", "float32, mixed_float16 or mixed_bfloat16.")
+    jit_compile: bool = setting(False, "Compile the training step with XLA.")
+    checkpoint_every: int = setting(250, "Steps between checkpoints.")
+    keep_checkpoints: int = setting(3, "Checkpoints kept.")
+    log_every: int = setting(25, "Steps between progress lines and summaries.")
+    num_summary_images: int = setting(2, "Sample predictions logged.")
+    eval_every: int = setting(0, "Steps between whole-image mIoU evaluations on --eval_split "
+                              "during training, to TensorBoard (0: none).")
+    max_skipped_updates: int = setting(50, "Consecutive updates skipped by mixed_float16 "
+                                       "loss scaling (non-finite gradients) that stop the run "
+                                       "with exit code 3.")
+    checkpoint: str = setting("", "eval/predict/export: checkpoint path or name in "
+                              "--model_dir (default: latest).")
+    input_path: str = setting("", "predict: an image file or a folder of images.")
+    output_dir: str = setting("", "predict: output folder (default: MODEL_DIR/predictions).")
+    export_dir: str = setting("", "export: output folder (default: MODEL_DIR/export).")
+    memory_budget_gb: float = setting(0.0, "report: plan the largest batch and crop that fit "
+                                      "this budget (0: skip).")
+    report_verify_seconds: float = setting(300.0, "report: skip a plan-verification run "
+                                           "estimated to take longer (0: verify nothing, "
+                                           "only predict).")
+    report_dir: str = setting("", "report: output folder (default: MODEL_DIR/report).")
+    report_repeats: int = setting(3, "report: fresh processes per variant (the median is "
+                                  "reported).")
+    tfrecord_dir: str = setting("", "convert: output folder (default: DATA_DIR/tfrecords).")
+    tfrecord_shards: int = setting(16, "convert: shards per split.")
+    tfrecord_raw: bool = setting(False, "convert: store decoded pixels (about 10x larger, no "
+                                 "decode when training) instead of the encoded files.")
+
+    def __post_init__(self):
+        _one_of(self.mode, MODES, "mode")
+        _one_of(self.strategy, STRATEGIES, "strategy")
+        _one_of(self.dtype_policy, DTYPE_POLICIES, "dtype_policy")
+        for name in ("checkpoint_every", "keep_checkpoints", "log_every", "max_skipped_updates",
+                     "tfrecord_shards", "report_repeats"):
+            check(getattr(self, name) >= 1, name, "must be >= 1")
+        check(self.eval_every >= 0, "eval_every", "must be >= 0 (0: no evaluation in training)")
+        check(self.num_summary_images >= 0, "num_summary_images", "must be >= 0")
+        check(self.memory_budget_gb >= 0, "memory_budget_gb", "must be >= 0")
+        check(self.report_verify_seconds >= 0, "report_verify_seconds", "must be >= 0")
+        # Keras compiles only the replica step, never strategy.run with apply_gradients
+        # inside tf.cond; that combination is untested here (no multi-GPU machine).
+        check(not (self.jit_compile and self.strategy in ("mirrored", "multi_worker")),
+              "jit_compile", f"is not supported with --strategy={self.strategy}; use "
+              f"--strategy=default or one_device, or drop --jit_compile")
+
+
+SECTIONS = {"data": Data, "model": Model, "optim": Optim, "eval": Eval, "run": Run}
+
+
+def flag_table():
+    """{flag name: (section name, dataclasses.Field)} for every setting, in section order."""
+    table = {}
+    for section, cls in SECTIONS.items():
+        for field in dataclasses.fields(cls):
+            table[field.metadata["flag"] or field.name] = (section, field)
+    return table
+
+
+def parse_list(flag, values, items):
+    """A list flag's strings as a tuple of ``items[0]``; one value is repeated to ``items[1]``."""
+    kind, count = items
+    try:
+        parsed = tuple(kind(v) for v in values)
+    except ValueError:
+        raise InputError(f"--{flag}: expected numbers, got {','.join(values)!r}") from None
+    if count and len(parsed) == 1:
+        parsed *= count
+    if count and len(parsed) != count:
+        raise InputError(f"--{flag}: expected {count} values, got {len(parsed)}")
+    return parsed
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One run: ``data``, ``model``, ``optim``, ``eval`` and ``run`` sections (see each)."""
+
+    data: Data = dataclasses.field(default_factory=Data)
+    model: Model = dataclasses.field(default_factory=Model)
+    optim: Optim = dataclasses.field(default_factory=Optim)
+    eval: Eval = dataclasses.field(default_factory=Eval)
+    run: Run = dataclasses.field(default_factory=Run)
+
+    def __post_init__(self):
+        check(all(crop_ok(s, self.model.output_stride) for s in self.data.crop_size),
+              "crop_size", f"{'x'.join(map(str, self.data.crop_size))} does not fit output "
+              f"stride {self.model.output_stride}: each side must be a multiple of it or one "
+              f"more (e.g. 513, 769, 1024)")
+        check(self.run.mode != "convert" or self.data.dataset != "tfrecord", "dataset",
+              "convert reads an image data set (cityscapes, voc, camvid or synthetic), "
+              "not tfrecord")
+
+    def replace(self, **flat):
+        """A copy with settings changed, by flag name (``replace(crop_size=(65, 65))``)."""
+        table, changes = flag_table(), {}
+        for flag, value in flat.items():
+            if flag not in table:
+                raise TypeError(f"no setting {flag!r}")
+            section, field = table[flag]
+            changes.setdefault(section, {})[field.name] = value
+        return dataclasses.replace(self, **{
+            section: dataclasses.replace(getattr(self, section), **values)
+            for section, values in changes.items()})
+
+    @classmethod
+    def from_flat(cls, **flat):
+        """The default config with settings given by flag name."""
+        return cls().replace(**flat)
+
+    @classmethod
+    def from_flags(cls, values):
+        """From {flag name: value} as absl parses them: list flags as lists of strings."""
+        table = flag_table()
+        flat = {}
+        for flag, (_, field) in table.items():
+            value = values[flag]
+            items = field.metadata["items"]
+            flat[flag] = parse_list(flag, value, items) if items else value
+        return cls.from_flat(**flat)
+
+    def flat(self):
+        """{flag name: value} of every setting."""
+        return {flag: getattr(getattr(self, section), field.name)
+                for flag, (section, field) in flag_table().items()}
+
+    @staticmethod
+    def settings_of(saved):
+        """{flag name: value} of the settings in a saved config dict (``to_dict()``'s
+        nested form, or the flat one of runs saved before the sections), lists as
+        tuples; other keys (a run's class names, palette) are left out."""
+        by_field = {(section, field.name): flag
+                    for flag, (section, field) in flag_table().items()}
+        flat = {}
+        for key, value in saved.items():
+            if key in SECTIONS and isinstance(value, dict):
+                flat.update({by_field[key, k]: v for k, v in value.items()
+                             if (key, k) in by_field})
+            elif key in by_field.values():
+                flat[key] = value
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in flat.items()}
+
+    @classmethod
+    def from_dict(cls, saved):
+        """From a saved dict (``settings_of``); settings it lacks keep their defaults."""
+        return cls.from_flat(**cls.settings_of(saved))
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+    def to_json(self):
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)

@@ -1,0 +1,110 @@
+"""A model folder's files: its checkpoints on disk, the state file naming the latest, and
+the run's config.json."""
+
+import json
+import os
+import re
+
+import tensorflow as tf
+
+from tfseg.errors import InputError
+
+CONFIG_FILE = "config.json"
+
+
+_NUMBERED = re.compile(r"^ckpt-(\d+)\.index$")  # CheckpointManager's default name
+
+
+def step_of(path):
+    """N of a ``.../ckpt-N`` prefix."""
+    return int(path.rsplit("-", 1)[1])
+
+
+def on_disk(model_dir):
+    """The ``ckpt-N`` prefixes whose index file is in ``model_dir``, newest first."""
+    names = os.listdir(model_dir) if os.path.isdir(model_dir) else []
+    prefixes = [os.path.join(model_dir, name[:-len(".index")]) for name in names
+                if _NUMBERED.match(name)]
+    return sorted(prefixes, key=step_of, reverse=True)
+
+
+def write_state(directory, latest, older):
+    """A state file naming ``latest`` and ``older``, all to be rotated: ``CheckpointManager``
+    rotates only the checkpoints with a timestamp after the "last preserved" one, and
+    keeps any others forever."""
+    paths = [*sorted(older, key=step_of), latest]
+    times = [os.path.getmtime(path + ".index") for path in paths]
+    tf.compat.v1.train.update_checkpoint_state(
+        directory, latest, all_model_checkpoint_paths=paths,
+        all_model_checkpoint_timestamps=times, last_preserved_timestamp=min(times) - 1)
+
+
+def named_checkpoint(model_dir):
+    """The checkpoint that ``model_dir``'s ``checkpoint`` state file names, or None (no
+    folder, no file, an unreadable file, or one naming a removed checkpoint)."""
+    if not tf.io.gfile.isdir(model_dir):
+        return None
+    logger = tf.get_logger()
+    level = logger.level
+    logger.setLevel("ERROR")  # an unreadable state file is handled by the callers: no warnings
+    try:
+        return tf.train.latest_checkpoint(model_dir)
+    except ValueError:  # a state file naming no checkpoint (e.g. an empty one)
+        return None
+    finally:
+        logger.setLevel(level)
+
+
+def latest_checkpoint(model_dir):
+    """``named_checkpoint``, else the newest ``ckpt-N`` on disk; None when there is none."""
+    found = on_disk(model_dir)
+    return named_checkpoint(model_dir) or (found[0] if found else None)
+
+
+def find_checkpoint(model_dir, name=""):
+    """The checkpoint prefix named by ``--checkpoint`` (a path, or a name in ``model_dir``),
+    else the latest in ``model_dir``.
+
+    Raises:
+      FileNotFoundError: naming the flag and the folder, when there is none.
+    """
+    if name:
+        for candidate in (name, os.path.join(model_dir, name)):
+            if tf.io.gfile.exists(candidate + ".index"):
+                return candidate
+        raise FileNotFoundError(f"--checkpoint: no checkpoint {name!r} (nor in {model_dir})")
+    latest = latest_checkpoint(model_dir)
+    if latest is None:
+        raise FileNotFoundError(f"--model_dir: no checkpoint in {model_dir}; train first")
+    return latest
+
+
+def save_config(config, model_dir, **extra):
+    """Writes the run's config, plus ``extra`` entries, as JSON next to the checkpoints.
+
+    ``extra`` holds what predict and export need from the data set (class names,
+    palette), so that they run without it. Written atomically: a reader never sees
+    half a file.
+    """
+    path = os.path.join(model_dir, CONFIG_FILE)
+    try:
+        os.makedirs(model_dir, exist_ok=True)
+        with open(path + ".tmp", "w") as f:
+            json.dump({**json.loads(config.to_json()), **extra}, f, indent=2, sort_keys=True)
+        os.replace(path + ".tmp", path)
+    except OSError as error:  # a write error names no file: name it
+        raise InputError(f"--model_dir: could not write {path}: {error.strerror}") from None
+    return path
+
+
+def load_config(model_dir):
+    """The saved config dict of a run (``Config.to_dict()`` and extras), or {} if it has
+    none; ``Config.settings_of`` reads its settings."""
+    path = os.path.join(model_dir, CONFIG_FILE)
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        try:
+            return json.load(f)
+        except ValueError as error:
+            raise InputError(f"tfseg: {path} is not valid JSON: {error}") from None
