@@ -11,13 +11,14 @@ here and its name to ``tfseg.config.MODES``.
 """
 
 import os
+import signal
 import sys
 
 from tfseg.runtime.signals import StopRequest
 
 # SIGTERM/SIGINT are caught from the first moment of a run (absl's and TensorFlow's
 # imports included): a signal in any phase (set-up, training, evaluation) ends the run
-# cleanly, with exit code 0, after what there was to save is saved.
+# cleanly, after what there was to save is saved (``_exit_if_stopped``).
 STOP = StopRequest()
 if __name__ == "__main__":
     STOP.__enter__()  # for the whole process: there is nothing to restore at its end
@@ -35,14 +36,16 @@ from tfseg.errors import InputError, NonFiniteLoss  # noqa: E402
 STOPPABLE = ("train_and_eval", "train", "eval")
 
 
-def _exit_if_stopped():
+def _exit_if_stopped(finished=True):
+    """After a signal, exit now: with 0 when what the run had to keep is kept (training
+    saved), else with the shell's 128 + the signal's number (nothing was done)."""
     if STOP:
         # Saved, logged and unlocked: exit now. A normal exit would first wind down the
         # input pipeline's threads and TF's runtime, which took over a minute on a loaded
         # machine, past a cluster manager's grace period before SIGKILL (~30 s).
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(0 if finished else 128 + signal.Signals[STOP.signal].value)
 
 
 def run_train(config):
@@ -56,7 +59,9 @@ def run_eval(config):
     from tfseg.evaluation import evaluate
 
     evaluate.evaluate(config, stop=STOP)
-    _exit_if_stopped()
+    # A stopped evaluation wrote nothing: not a success for --mode=eval. In
+    # train_and_eval the training before it is saved, which is what a stop keeps.
+    _exit_if_stopped(finished=config.run.mode == "train_and_eval")
 
 
 def run_train_and_eval(config):
@@ -187,7 +192,7 @@ def main(argv):
     try:
         config = config_from_flags()
         if config.run.mode not in STOPPABLE:
-            _exit_if_stopped()  # a signal during start-up
+            _exit_if_stopped(finished=False)  # a signal during start-up
             STOP.__exit__()  # Python's default handling from here on
         MODES[config.run.mode](config)
         return 0

@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -145,3 +146,19 @@ def test_every_mode_has_a_runner_and_every_setting_a_flag():
         Config()
     help_text = _main("--helpfull").stdout
     assert "Data set folder" in help_text and "--eval_crop" in help_text
+
+
+def test_a_signal_at_start_up_of_another_mode_is_not_a_success():
+    """The stop handler is in place from the first line; modes that do not honour it
+    between steps exit with 128 + the signal, as without it, not 0."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "main.py"), "--mode=validate"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    while True:  # until the handler is in: then absl is still importing
+        with open(f"/proc/{proc.pid}/status") as f:
+            caught = next(line for line in f if line.startswith("SigCgt:")).split()[1]
+        if int(caught, 16) >> (signal.SIGTERM - 1) & 1 or proc.poll() is not None:
+            break
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode in (128 + signal.SIGTERM, -signal.SIGTERM)

@@ -1,5 +1,6 @@
 """Checkpoints: a checkpoint of another architecture is refused, naming it; runs resume
-across variants and dtype policies (real checkpoints, in-process). Multi-worker resume is tests/train/test_distributed.py's."""
+across variants and dtype policies (real checkpoints, in-process). Multi-worker resume is
+tests/train/test_distributed.py's; damaged folders are test_resume.py's."""
 
 import re
 
@@ -112,8 +113,8 @@ def test_each_momentum_slot_is_keyed_by_its_own_variable(tmp_path):
                                    rtol=0, atol=1e-6, err_msg=variable.path)
 
 
-@pytest.mark.parametrize("first,second", [(0, 2), (2, 0)],
-                         ids=["stock-recompute", "recompute-stock"])
+# One direction (~70 s on 2 cores): the variants order their variables differently either way.
+@pytest.mark.parametrize("first,second", [(0, 2)], ids=["stock-recompute"])
 def test_resuming_in_another_variant_ends_where_the_unbroken_run_does(tmp_path, float64,
                                                                       first, second):
     """Two steps in one variant, a checkpoint, two more in another: every weight, slot and

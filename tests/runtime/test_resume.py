@@ -158,3 +158,18 @@ def test_a_failed_save_is_one_line_removes_its_files_and_keeps_the_latest(run):
     path, step, kernel, _ = _resume(model_dir)
     assert (path, step) == (str(model_dir / "ckpt-6"), 6)
     np.testing.assert_array_equal(kernel, kernels[6])
+
+
+def test_a_checkpoint_the_system_will_not_read_stops_the_run_without_falling_back(run):
+    """An I/O error (here a folder where the index goes, as the system would refuse a file
+    for EIO, a permission or a stale handle) is no proof of damage: falling back would
+    retrain those steps and later overwrite a checkpoint that may be fine."""
+    model_dir, _ = run
+    index = model_dir / "ckpt-6.index"
+    index.unlink()
+    index.mkdir()
+    state = (model_dir / "checkpoint").read_text()
+    with pytest.raises(InputError, match=f"^tfseg: checkpoint file {index} cannot be read: "
+                                         f"Is a directory$"):
+        _resume(model_dir)
+    assert (model_dir / "checkpoint").read_text() == state

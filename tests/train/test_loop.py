@@ -11,6 +11,8 @@ import pytest
 import tensorflow as tf
 
 from tests.train.conftest import TINY_FLAGS, run_main, scalars, start_main
+from tfseg.config import Config
+from tfseg.runtime import builders, checkpoints
 
 
 def _steps(model_dir):
@@ -98,6 +100,25 @@ def test_an_interrupted_run_ends_where_an_unbroken_one_does(tmp_path, data_dir):
         np.testing.assert_array_equal(resumed[key], unbroken[key], err_msg=key)
 
 
+@pytest.mark.slow
+def test_a_checkpoint_without_the_input_position_goes_on_at_its_step(tmp_path, data_dir):
+    """A checkpoint from before the input position was saved (no ``batches_read``): the
+    input resumes at its step, and the next checkpoint records the position from there
+    (it once recorded the batches since the resume only)."""
+    config = Config.from_flat(dataset="cityscapes", data_dir=data_dir, width_multiplier=0.25,
+                              middle_repeats=1, crop_size=(64, 64), batch_size=2)
+    model = builders.model(config, 19)
+    optimizer = builders.optimizer(config, model)
+    step = tf.Variable(2, dtype=tf.int64)
+    checkpoints.Checkpoints(model, str(tmp_path), optimizer=optimizer, step=step).save(2)
+    run_main(f"--data_dir={data_dir}", f"--model_dir={tmp_path}", "--mode=train",
+             "--train_steps=4", "--checkpoint_every=2", *TINY_FLAGS)
+    reader = tf.train.load_checkpoint(str(tmp_path / "ckpt-4"))
+    assert not tf.train.load_checkpoint(str(tmp_path / "ckpt-2")).has_tensor(
+        "batches_read/.ATTRIBUTES/VARIABLE_VALUE")
+    assert int(reader.get_tensor("batches_read/.ATTRIBUTES/VARIABLE_VALUE")) == 4
+
+
 def _wait_for(proc, pattern, timeout=120):
     """Reads proc's output until ``pattern`` appears; returns everything read."""
     seen, deadline = "", time.time() + timeout
@@ -177,8 +198,16 @@ def test_sigterm_during_the_evaluation_of_train_and_eval_exits_0(tmp_path, data_
     _wait_for(proc, r"restored .*ckpt-2")  # the evaluation has loaded the model
     proc.send_signal(signal.SIGTERM)
     output = proc.communicate(timeout=120)[0]
-    assert proc.returncode == 0, output[-3000:]
+    assert proc.returncode == 0, output[-3000:]  # the training it stopped after is saved
     assert re.search(r"SIGTERM: evaluation stopped after \d+ images; nothing written", output)
+    assert not (tmp_path / "eval" / "eval.json").exists()
+    # --mode=eval alone did nothing it was asked to: not a success.
+    proc = start_main(f"--data_dir={data_dir}", f"--model_dir={tmp_path}", "--mode=eval",
+                      *TINY_FLAGS)
+    _wait_for(proc, r"restored .*ckpt-2")
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
     assert not (tmp_path / "eval" / "eval.json").exists()
 
 

@@ -75,8 +75,8 @@ class StepConfig:
         the run's settings by flag name (`step.replace(batch=4, jit_compile=True)`)."""
         run = changes.pop("run", self.run)
         own = {k: changes.pop(k, getattr(self, k)) for k in _OWN}
-        height, width = (changes.pop(k, size) for k, size in zip(("height", "width"),
-                                                               run.data.crop_size))
+        height = changes.pop("height", run.data.crop_size[0])
+        width = changes.pop("width", run.data.crop_size[1])
         changes.setdefault("batch_size", changes.pop("batch", run.data.batch_size))
         return dataclasses.replace(self, run=run.replace(crop_size=(height, width), **changes),
                                    **own)

@@ -20,7 +20,8 @@ import tensorflow as tf
 from tfseg import memory
 from tfseg.errors import InputError
 from tfseg.runtime.files import latest_checkpoint, named_checkpoint, on_disk, step_of, write_state
-from tfseg.runtime.state import DamagedCheckpoint, check_matches, optimizer_state, rng_state
+from tfseg.runtime.state import (DamagedCheckpoint, check_matches, damaged, optimizer_state,
+                                 rng_state)
 
 
 def is_chief(strategy):
@@ -100,7 +101,7 @@ class Checkpoints:
         try:
             self.checkpoint.restore(path).expect_partial()
         except (tf.errors.OpError, IndexError, ValueError) as error:  # IndexError: short .data
-            raise DamagedCheckpoint(path, error) from None
+            raise damaged(path, error) from None
         return path
 
     def resume(self, log=print):

@@ -5,6 +5,7 @@ Keys follow ``tf.train.Checkpoint``'s naming of nested dicts: ``weights/<path>``
 entries (``OPTIONAL``).
 """
 
+import glob
 import re
 
 import keras
@@ -78,7 +79,7 @@ def _readable(key):
 
 
 class DamagedCheckpoint(InputError):
-    """A checkpoint's files cannot be read (truncated, overwritten, a disk error)."""
+    """A checkpoint's files read, but do not parse (truncated, overwritten)."""
 
     def __init__(self, path, error):
         super().__init__(f"tfseg: checkpoint {path} is damaged or unreadable: "
@@ -86,12 +87,29 @@ class DamagedCheckpoint(InputError):
         self.path = path
 
 
+def damaged(path, error):
+    """The error to raise for a checkpoint that TF could not read: ``DamagedCheckpoint``
+    when every one of its files reads back whole (so the bytes are bad), else a plain
+    one-line ``InputError`` naming the file that the system would not read (EIO, a
+    permission, a stale handle, a folder in its place): not a reason to fall back to an
+    older checkpoint and, later, overwrite this one."""
+    for name in glob.glob(glob.escape(path) + ".*"):
+        try:
+            with open(name, "rb") as f:
+                while f.read(1 << 24):
+                    pass
+        except OSError as os_error:
+            return InputError(f"tfseg: checkpoint file {name} cannot be read: "
+                              f"{os_error.strerror}")
+    return DamagedCheckpoint(path, error)
+
+
 def stored(path):
     """{key: shape} of the checkpoint ``path``; a damaged one is one line naming it."""
     try:
         return {name: tuple(shape) for name, shape in tf.train.list_variables(path)}
     except (tf.errors.OpError, ValueError) as error:
-        raise DamagedCheckpoint(path, error) from None
+        raise damaged(path, error) from None
 
 
 def check_matches(path, model, state=None):

@@ -161,6 +161,9 @@ def _train(config, strategy, stop, log):
         ckpts.remove_leftovers()  # of saves a kill interrupted; we hold the folder's lock
     restored = ckpts.resume(log)
     start = int(step.numpy())
+    # A checkpoint saved before the count was kept restores none: the input goes on at
+    # its step (the count is the step plus the skipped updates, never less).
+    read.assign(max(int(read.numpy()), start))
     log(f"{model.name}: {model.count_params():,} parameters, {source.num_classes} classes, "
         f"{norm} norm, {strategy.num_replicas_in_sync} replica(s); "
         + (f"resumed from {restored} at step {start}" if restored else "from scratch"))
@@ -177,12 +180,11 @@ def _train(config, strategy, stop, log):
         log(f"{stop.signal} during set-up: stopped before the first step; nothing to save")
         return result
 
-    # The input goes on where the checkpoint's left it (a checkpoint saved before the
-    # count was kept: at its step). Outside the strategy's scope: the pipeline's counters
-    # are this host's, not mirrored.
+    # The input goes on where the checkpoint's left it. Outside the strategy's scope: the
+    # pipeline's counters are this host's, not mirrored.
     dataset, data_stats = data_lib.build_dataset_with_stats(
         builders.data_config(config, training=True), training=True,
-        start_batch=int(read.numpy()) or start)
+        start_batch=int(read.numpy()))
     batches = data_lib.iterate(data_lib.distribute(dataset, strategy))
     evaluate = periodic_eval(config, model, source, ckpts.chief)
     writer = (tf.summary.create_file_writer(os.path.join(run.model_dir, "train"))
