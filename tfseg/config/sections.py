@@ -1,60 +1,11 @@
-"""``Config``: every setting of a run, one frozen value in five sections, without TensorFlow.
-
-    Config(data=Data(...), model=Model(...), optim=Optim(...), eval=Eval(...), run=Run(...))
-
-The sections are the parts' own arguments: ``Model`` is ``deeplab_v3_plus``'s
-keyword arguments, ``Eval`` is ``InferenceConfig``'s, ``Data`` the shared part of
-each split's ``DataConfig``. Each field is also a command-line flag: its name
-is the field's, or ``flag=`` where a bare name would be ambiguous (``--eval_mode``),
-and its help, type and list shape are in the field's metadata, so main.py
-generates the flags from here (``flag_table``) and nothing restates them.
-Flag names are unique across sections: ``Config.from_flat`` and ``replace`` take them.
-
-Names that TensorFlow-side packages also check (data sets, norms, recomputable
-blocks) are defined here, once: ``--mode=validate`` imports no TensorFlow.
-Validation messages name the flag (``--crop_size: ...``).
-"""
+"""The config's sections: each field is a setting and a flag (``names.setting``)."""
 
 import dataclasses
-import json
 from typing import Tuple
 
-from tfseg.errors import InputError
-
-MODES = ("train_and_eval", "train", "eval", "predict", "export", "report", "convert",
-         "validate")
-DATASETS = ("cityscapes", "voc", "camvid", "synthetic", "tfrecord")
-NORMS = ("batch", "sync_batch", "group")
-RECOMPUTE_BLOCKS = ("entry_block1", "entry_block3", "middle", "exit_block1", "exit_block2")
-STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
-DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
-EVAL_MODES = ("whole", "sliding", "multiscale")
-WEIGHT_DECAY_TYPES = ("l2", "decoupled")
-
-
-def setting(default, help, flag=None, items=None):
-    """A config field that is also a flag. ``items``: (type, count or None) of a list
-    flag's values; a single value is repeated to ``count``."""
-    return dataclasses.field(default=default, metadata=dict(help=help, flag=flag, items=items))
-
-
-def check(ok, flag, message):
-    if not ok:
-        raise InputError(f"--{flag}: {message}")
-
-
-def crop_ok(size, output_stride):
-    """The crop rule: each side is a multiple of the output stride, or one more.
-
-    "multiple + 1" (513, 769) is research/deeplab's corner-aligned convention,
-    "multiple" (1024x2048) is Cityscapes' full size. Other sizes work but leave
-    a ragged feature-map edge, which costs accuracy for nothing.
-    """
-    return size >= output_stride and size % output_stride in (0, 1)
-
-
-def _one_of(value, names, flag):
-    check(value in names, flag, f"must be one of {', '.join(names)}, got {value!r}")
+from tfseg.config.names import (DATASETS, DTYPE_POLICIES, EVAL_MODES, MODES, NORMS,
+                                RECOMPUTE_BLOCKS, STRATEGIES, WEIGHT_DECAY_TYPES, check, one_of,
+                                setting)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +39,7 @@ class Data:
                                       "of stopping.")
 
     def __post_init__(self):
-        _one_of(self.dataset, DATASETS, "dataset")
+        one_of(self.dataset, DATASETS, "dataset")
         check(len(self.scale_range) == 2 and 0 < self.scale_range[0] <= self.scale_range[1],
               "scale_range", f"must be MIN,MAX with 0 < MIN <= MAX, got "
               f"{','.join(map(str, self.scale_range))}")
@@ -116,7 +67,7 @@ class Model:
     def __post_init__(self):
         check(self.output_stride in (8, 16, 32), "output_stride",
               f"must be 8, 16 or 32, got {self.output_stride}")
-        _one_of(self.norm, NORMS, "norm")
+        one_of(self.norm, NORMS, "norm")
         check(self.width_multiplier > 0, "width_multiplier", "must be > 0")
         check(self.middle_repeats >= 1, "middle_repeats", "must be >= 1")
         check(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
@@ -162,7 +113,7 @@ class Optim:
               "must be >= 0 and smaller than --train_steps")
         check(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
         check(self.weight_decay >= 0, "weight_decay", "must be >= 0")
-        _one_of(self.weight_decay_type, WEIGHT_DECAY_TYPES, "weight_decay_type")
+        one_of(self.weight_decay_type, WEIGHT_DECAY_TYPES, "weight_decay_type")
         check(all(w >= 0 for w in self.class_weights), "class_weights", "must be >= 0")
 
 
@@ -181,7 +132,7 @@ class Eval:
     flip: bool = setting(True, "Multi-scale: add left-right flips.", flag="eval_flip")
 
     def __post_init__(self):
-        _one_of(self.mode, EVAL_MODES, "eval_mode")
+        one_of(self.mode, EVAL_MODES, "eval_mode")
         check(len(self.crop) == 2 and min(self.crop) >= 1, "eval_crop", "must be HEIGHT,WIDTH")
         check(len(self.stride) == 2 and all(0 < s <= c for s, c in zip(self.stride, self.crop)),
               "eval_stride", "must be positive and at most --eval_crop (windows must overlap "
@@ -237,9 +188,9 @@ class Run:
                                  "decode when training) instead of the encoded files.")
 
     def __post_init__(self):
-        _one_of(self.mode, MODES, "mode")
-        _one_of(self.strategy, STRATEGIES, "strategy")
-        _one_of(self.dtype_policy, DTYPE_POLICIES, "dtype_policy")
+        one_of(self.mode, MODES, "mode")
+        one_of(self.strategy, STRATEGIES, "strategy")
+        one_of(self.dtype_policy, DTYPE_POLICIES, "dtype_policy")
         for name in ("checkpoint_every", "keep_checkpoints", "log_every", "max_skipped_updates",
                      "tfrecord_shards", "report_repeats"):
             check(getattr(self, name) >= 1, name, "must be >= 1")
@@ -255,106 +206,3 @@ class Run:
 
 
 SECTIONS = {"data": Data, "model": Model, "optim": Optim, "eval": Eval, "run": Run}
-
-
-def flag_table():
-    """{flag name: (section name, dataclasses.Field)} for every setting, in section order."""
-    table = {}
-    for section, cls in SECTIONS.items():
-        for field in dataclasses.fields(cls):
-            table[field.metadata["flag"] or field.name] = (section, field)
-    return table
-
-
-def parse_list(flag, values, items):
-    """A list flag's strings as a tuple of ``items[0]``; one value is repeated to ``items[1]``."""
-    kind, count = items
-    try:
-        parsed = tuple(kind(v) for v in values)
-    except ValueError:
-        raise InputError(f"--{flag}: expected numbers, got {','.join(values)!r}") from None
-    if count and len(parsed) == 1:
-        parsed *= count
-    if count and len(parsed) != count:
-        raise InputError(f"--{flag}: expected {count} values, got {len(parsed)}")
-    return parsed
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """One run: ``data``, ``model``, ``optim``, ``eval`` and ``run`` sections (see each)."""
-
-    data: Data = dataclasses.field(default_factory=Data)
-    model: Model = dataclasses.field(default_factory=Model)
-    optim: Optim = dataclasses.field(default_factory=Optim)
-    eval: Eval = dataclasses.field(default_factory=Eval)
-    run: Run = dataclasses.field(default_factory=Run)
-
-    def __post_init__(self):
-        check(all(crop_ok(s, self.model.output_stride) for s in self.data.crop_size),
-              "crop_size", f"{'x'.join(map(str, self.data.crop_size))} does not fit output "
-              f"stride {self.model.output_stride}: each side must be a multiple of it or one "
-              f"more (e.g. 513, 769, 1024)")
-        check(self.run.mode != "convert" or self.data.dataset != "tfrecord", "dataset",
-              "convert reads an image data set (cityscapes, voc, camvid or synthetic), "
-              "not tfrecord")
-
-    def replace(self, **flat):
-        """A copy with settings changed, by flag name (``replace(crop_size=(65, 65))``)."""
-        table, changes = flag_table(), {}
-        for flag, value in flat.items():
-            if flag not in table:
-                raise TypeError(f"no setting {flag!r}")
-            section, field = table[flag]
-            changes.setdefault(section, {})[field.name] = value
-        return dataclasses.replace(self, **{
-            section: dataclasses.replace(getattr(self, section), **values)
-            for section, values in changes.items()})
-
-    @classmethod
-    def from_flat(cls, **flat):
-        """The default config with settings given by flag name."""
-        return cls().replace(**flat)
-
-    @classmethod
-    def from_flags(cls, values):
-        """From {flag name: value} as absl parses them: list flags as lists of strings."""
-        table = flag_table()
-        flat = {}
-        for flag, (_, field) in table.items():
-            value = values[flag]
-            items = field.metadata["items"]
-            flat[flag] = parse_list(flag, value, items) if items else value
-        return cls.from_flat(**flat)
-
-    def flat(self):
-        """{flag name: value} of every setting."""
-        return {flag: getattr(getattr(self, section), field.name)
-                for flag, (section, field) in flag_table().items()}
-
-    @staticmethod
-    def settings_of(saved):
-        """{flag name: value} of the settings in a saved config dict (``to_dict()``'s
-        nested form, or the flat one of runs saved before the sections), lists as
-        tuples; other keys (a run's class names, palette) are left out."""
-        by_field = {(section, field.name): flag
-                    for flag, (section, field) in flag_table().items()}
-        flat = {}
-        for key, value in saved.items():
-            if key in SECTIONS and isinstance(value, dict):
-                flat.update({by_field[key, k]: v for k, v in value.items()
-                             if (key, k) in by_field})
-            elif key in by_field.values():
-                flat[key] = value
-        return {k: tuple(v) if isinstance(v, list) else v for k, v in flat.items()}
-
-    @classmethod
-    def from_dict(cls, saved):
-        """From a saved dict (``settings_of``); settings it lacks keep their defaults."""
-        return cls.from_flat(**cls.settings_of(saved))
-
-    def to_dict(self):
-        return dataclasses.asdict(self)
-
-    def to_json(self):
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)

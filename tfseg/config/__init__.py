@@ -1,0 +1,26 @@
+"""``Config``: every setting of a run, one frozen value in five sections, without TensorFlow.
+
+    Config(data=Data(...), model=Model(...), optim=Optim(...), eval=Eval(...), run=Run(...))
+
+The sections are the parts' own arguments: ``Model`` is ``deeplab_v3_plus``'s
+keyword arguments, ``Eval`` is ``InferenceConfig``'s, ``Data`` the shared part of
+each split's ``DataConfig``. Each field is also a command-line flag: its name
+is the field's, or ``flag=`` where a bare name would be ambiguous (``--eval_mode``),
+and its help, type and list shape are in the field's metadata, so main.py
+generates the flags from here (``flag_table``) and nothing restates them.
+Flag names are unique across sections: ``Config.from_flat`` and ``replace`` take them.
+
+Names that TensorFlow-side packages also check (data sets, norms, recomputable
+blocks) are defined here, once: ``--mode=validate`` imports no TensorFlow.
+Validation messages name the flag (``--crop_size: ...``).
+"""
+
+from tfseg.config.config import Config, flag_table, parse_list
+from tfseg.config.names import (DATASETS, DTYPE_POLICIES, EVAL_MODES, MODES, NORMS,
+                                RECOMPUTE_BLOCKS, STRATEGIES, WEIGHT_DECAY_TYPES, crop_ok,
+                                setting)
+from tfseg.config.sections import SECTIONS, Data, Eval, Model, Optim, Run
+
+__all__ = ["Config", "flag_table", "parse_list", "DATASETS", "DTYPE_POLICIES", "EVAL_MODES",
+           "MODES", "NORMS", "RECOMPUTE_BLOCKS", "STRATEGIES", "WEIGHT_DECAY_TYPES", "crop_ok",
+           "setting", "SECTIONS", "Data", "Eval", "Model", "Optim", "Run"]

@@ -1,0 +1,41 @@
+"""The names both sides check (data sets, norms, blocks, ...) and the helpers that make
+a config field a flag. No TensorFlow."""
+
+import dataclasses
+
+from tfseg.errors import InputError
+
+MODES = ("train_and_eval", "train", "eval", "predict", "export", "report", "convert",
+         "validate")
+DATASETS = ("cityscapes", "voc", "camvid", "synthetic", "tfrecord")
+NORMS = ("batch", "sync_batch", "group")
+RECOMPUTE_BLOCKS = ("entry_block1", "entry_block3", "middle", "exit_block1", "exit_block2")
+STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
+DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
+EVAL_MODES = ("whole", "sliding", "multiscale")
+WEIGHT_DECAY_TYPES = ("l2", "decoupled")
+
+
+def setting(default, help, flag=None, items=None):
+    """A config field that is also a flag. ``items``: (type, count or None) of a list
+    flag's values; a single value is repeated to ``count``."""
+    return dataclasses.field(default=default, metadata=dict(help=help, flag=flag, items=items))
+
+
+def check(ok, flag, message):
+    if not ok:
+        raise InputError(f"--{flag}: {message}")
+
+
+def crop_ok(size, output_stride):
+    """The crop rule: each side is a multiple of the output stride, or one more.
+
+    "multiple + 1" (513, 769) is research/deeplab's corner-aligned convention,
+    "multiple" (1024x2048) is Cityscapes' full size. Other sizes work but leave
+    a ragged feature-map edge, which costs accuracy for nothing.
+    """
+    return size >= output_stride and size % output_stride in (0, 1)
+
+
+def one_of(value, names, flag):
+    check(value in names, flag, f"must be one of {', '.join(names)}, got {value!r}")
