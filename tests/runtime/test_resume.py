@@ -173,3 +173,17 @@ def test_a_checkpoint_the_system_will_not_read_stops_the_run_without_falling_bac
                                          f"Is a directory$"):
         _resume(model_dir)
     assert (model_dir / "checkpoint").read_text() == state
+
+
+def test_a_state_file_naming_a_checkpoint_of_another_name_resumes_from_it(run):
+    """Not tfseg's naming (``ckpt-N``), but a checkpoint all the same: restored, no
+    traceback; the ckpt-N files are older."""
+    model_dir, kernels = run
+    parts = _parts()
+    ckpts = _ckpts(model_dir, parts)
+    ckpts.restore(str(model_dir / "ckpt-4"))
+    ckpts.checkpoint.write(str(model_dir / "model.final"))
+    tf.compat.v1.train.update_checkpoint_state(str(model_dir), str(model_dir / "model.final"))
+    path, step, kernel, lines = _resume(model_dir)
+    assert (path, step, lines) == (str(model_dir / "model.final"), 4, [])
+    np.testing.assert_array_equal(kernel, kernels[4])

@@ -16,8 +16,10 @@ _NUMBERED = re.compile(r"^ckpt-(\d+)\.index$")  # CheckpointManager's default na
 
 
 def step_of(path):
-    """N of a ``.../ckpt-N`` prefix."""
-    return int(path.rsplit("-", 1)[1])
+    """N of a ``.../ckpt-N`` prefix; for a checkpoint named otherwise (not written by
+    tfseg, but named by the state file), larger than any N: it counts as the newest."""
+    match = _NUMBERED.match(os.path.basename(path) + ".index")
+    return int(match.group(1)) if match else float("inf")
 
 
 def on_disk(model_dir):
