@@ -1,6 +1,8 @@
 import os
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -32,6 +34,38 @@ def start_main(*args):
     """main.py as a background process (stdout piped, line-buffered text)."""
     return subprocess.Popen([sys.executable, MAIN, *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=main_env(), cwd=ROOT)
+
+
+def wait_for(proc, pattern, timeout=120):
+    """Reads proc's output until ``pattern`` appears; returns everything read."""
+    seen, deadline = "", time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line and proc.poll() is not None:
+            break
+        seen += line
+        if re.search(pattern, seen):
+            return seen
+    proc.kill()
+    raise AssertionError(f"{pattern!r} never appeared:\n{seen[-3000:]}")
+
+
+def checkpoint_steps(model_dir):
+    """The steps of the checkpoints that the state file of ``model_dir`` names."""
+    import tensorflow as tf
+
+    state = tf.train.get_checkpoint_state(str(model_dir))
+    return sorted(int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths)
+
+
+def restored_step(model_dir):
+    """The step of the latest checkpoint in ``model_dir`` (restoring it)."""
+    import tensorflow as tf
+
+    step = tf.Variable(0, dtype=tf.int64)
+    tf.train.Checkpoint(step=step).restore(
+        tf.train.latest_checkpoint(str(model_dir))).expect_partial()
+    return int(step.numpy())
 
 
 def scalars(directory, tag):

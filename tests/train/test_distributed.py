@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.train.conftest import ROOT, main_env
+from tests.train.conftest import ROOT, main_env, restored_step
 
 
 @pytest.mark.slow
@@ -38,14 +38,6 @@ def _free_ports(count):
     for s in sockets:
         s.close()
     return ports
-
-
-def _restored_step(model_dir):
-    import tensorflow as tf
-
-    step = tf.Variable(0, dtype=tf.int64)
-    tf.train.Checkpoint(step=step).restore(tf.train.latest_checkpoint(model_dir)).expect_partial()
-    return int(step.numpy())
 
 
 def _run_workers(model_dir, data_dir, train_steps):
@@ -90,4 +82,4 @@ def test_two_local_workers_train_together_and_resume(tmp_path, data_dir):
     second = _run_workers(tmp_path, data_dir, 4)
     for output in second:  # the non-chief too: it has no checkpoints of its own
         assert f"resumed from {tmp_path}/ckpt-2 at step 2" in output, output[-3000:]
-    assert _restored_step(tmp_path) == 4
+    assert restored_step(tmp_path) == 4

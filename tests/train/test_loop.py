@@ -10,20 +10,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.train.conftest import TINY_FLAGS, run_main, scalars, start_main
+from tests.train.conftest import (TINY_FLAGS, checkpoint_steps, restored_step, run_main,
+                                  scalars, start_main, wait_for)
 from tfseg.config import Config
 from tfseg.runtime import builders, checkpoints
-
-
-def _steps(model_dir):
-    state = tf.train.get_checkpoint_state(model_dir)
-    return sorted(int(p.rsplit("-", 1)[1]) for p in state.all_model_checkpoint_paths)
-
-
-def _restored_step(model_dir):
-    step = tf.Variable(0, dtype=tf.int64)
-    tf.train.Checkpoint(step=step).restore(tf.train.latest_checkpoint(model_dir)).expect_partial()
-    return int(step.numpy())
 
 
 def _losses(output):
@@ -36,7 +26,7 @@ def test_train_then_resume_continues_the_step_count(tmp_path, data_dir):
               "--checkpoint_every=2", "--keep_checkpoints=2", *TINY_FLAGS)
     first = run_main("--train_steps=4", "--eval_every=2", *common)
     assert "from scratch" in first.stdout
-    assert _steps(tmp_path) == [2, 4]
+    assert checkpoint_steps(tmp_path) == [2, 4]
     # --eval_every: val mIoU during training, logged and in TensorBoard at steps 2 and 4.
     evals = re.findall(r"step ([24]): val mIoU 0\.\d{4} \(whole image, 2 images", first.stdout)
     assert evals == ["2", "4"], first.stdout[-2000:]
@@ -52,7 +42,7 @@ def test_train_then_resume_continues_the_step_count(tmp_path, data_dir):
     assert "tfseg data: 0 bad examples skipped, 0 label pixels with unknown ids" in first.stdout
     second = run_main("--train_steps=6", *common)
     assert "at step 4" in second.stdout
-    assert _steps(tmp_path) == [4, 6] and _restored_step(tmp_path) == 6
+    assert checkpoint_steps(tmp_path) == [4, 6] and restored_step(tmp_path) == 6
     losses = _losses(first.stdout + second.stdout)
     assert losses and all(map(lambda v: v == v and abs(v) < 1e3, losses))
     config = json.load(open(tmp_path / "config.json"))
@@ -69,7 +59,7 @@ def test_train_then_resume_continues_the_step_count(tmp_path, data_dir):
     fourth = run_main("--train_steps=8", *common)
     assert "checkpoint is missing or unreadable" in fourth.stdout
     assert f"resumed from {tmp_path}/ckpt-6 at step 6" in fourth.stdout, fourth.stdout[-2000:]
-    assert _steps(tmp_path) == [6, 8] and _restored_step(tmp_path) == 8
+    assert checkpoint_steps(tmp_path) == [6, 8] and restored_step(tmp_path) == 8
 
 
 def _weights(model_dir):
@@ -88,9 +78,9 @@ def test_an_interrupted_run_ends_where_an_unbroken_one_does(tmp_path, data_dir):
               *TINY_FLAGS, "--dropout=0.5")
     run_main(f"--model_dir={tmp_path / 'unbroken'}", *common)
     proc = start_main(f"--model_dir={tmp_path / 'resumed'}", *common)
-    _wait_for(proc, r"[^0-9]2/5")
+    wait_for(proc, r"[^0-9]2/5")
     proc.send_signal(signal.SIGTERM)
-    stopped = _wait_for(proc, r"SIGTERM: saved .* at step \d")
+    stopped = wait_for(proc, r"SIGTERM: saved .* at step \d")
     proc.communicate(timeout=120)
     assert "at step 5" not in stopped  # stopped early: the resume has steps left
     run_main(f"--model_dir={tmp_path / 'resumed'}", *common)
@@ -119,32 +109,18 @@ def test_a_checkpoint_without_the_input_position_goes_on_at_its_step(tmp_path, d
     assert int(reader.get_tensor("batches_read/.ATTRIBUTES/VARIABLE_VALUE")) == 4
 
 
-def _wait_for(proc, pattern, timeout=120):
-    """Reads proc's output until ``pattern`` appears; returns everything read."""
-    seen, deadline = "", time.time() + timeout
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        if not line and proc.poll() is not None:
-            break
-        seen += line
-        if re.search(pattern, seen):
-            return seen
-    proc.kill()
-    raise AssertionError(f"{pattern!r} never appeared:\n{seen[-3000:]}")
-
-
 @pytest.mark.slow
 def test_sigterm_saves_and_resume_finishes(tmp_path, data_dir):
     common = (f"--data_dir={data_dir}", f"--model_dir={tmp_path}", "--mode=train",
               "--checkpoint_every=1000", *TINY_FLAGS)
     proc = start_main("--train_steps=100000", *common)
-    _wait_for(proc, r"\d+/100000")  # the first progress line: training is under way
+    wait_for(proc, r"\d+/100000")  # the first progress line: training is under way
     sent = time.perf_counter()
     proc.send_signal(signal.SIGTERM)
     # An impatient second signal (a double Ctrl-C) must not break into the exit save.
     time.sleep(0.1)  # pending together, SIGINT (2) would be handled before SIGTERM (15)
     proc.send_signal(signal.SIGINT)
-    saved = _wait_for(proc, r"SIGTERM: saved")
+    saved = wait_for(proc, r"SIGTERM: saved")
     output = saved + proc.communicate(timeout=120)[0]
     exited = time.perf_counter() - sent
     assert proc.returncode == 0, output[-3000:]
@@ -152,11 +128,11 @@ def test_sigterm_saves_and_resume_finishes(tmp_path, data_dir):
     # Out within a cluster manager's grace period (~30 s before SIGKILL): once saved, the
     # process exits without winding down the input pipeline (measured: 0.6 s here).
     assert exited < 20, f"{exited:.1f} s from SIGTERM to exit"
-    stopped_at = _restored_step(tmp_path)
+    stopped_at = restored_step(tmp_path)
     assert 1 <= stopped_at < 1000
     resumed = run_main(f"--train_steps={stopped_at + 2}", *common)
     assert f"at step {stopped_at}" in resumed.stdout
-    assert _restored_step(tmp_path) == stopped_at + 2
+    assert restored_step(tmp_path) == stopped_at + 2
 
 
 def _catches_sigterm(proc, timeout=60):
@@ -195,7 +171,7 @@ def test_sigterm_during_set_up_exits_0_before_the_first_step(tmp_path, data_dir)
 def test_sigterm_during_the_evaluation_of_train_and_eval_exits_0(tmp_path, data_dir):
     proc = start_main("--train_steps=2", f"--data_dir={data_dir}", f"--model_dir={tmp_path}",
                       "--mode=train_and_eval", *TINY_FLAGS)
-    _wait_for(proc, r"restored .*ckpt-2")  # the evaluation has loaded the model
+    wait_for(proc, r"restored .*ckpt-2")  # the evaluation has loaded the model
     proc.send_signal(signal.SIGTERM)
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == 0, output[-3000:]  # the training it stopped after is saved
@@ -204,7 +180,7 @@ def test_sigterm_during_the_evaluation_of_train_and_eval_exits_0(tmp_path, data_
     # --mode=eval alone did nothing it was asked to: not a success.
     proc = start_main(f"--data_dir={data_dir}", f"--model_dir={tmp_path}", "--mode=eval",
                       *TINY_FLAGS)
-    _wait_for(proc, r"restored .*ckpt-2")
+    wait_for(proc, r"restored .*ckpt-2")
     proc.send_signal(signal.SIGTERM)
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
@@ -224,41 +200,5 @@ def test_nan_loss_stops_without_saving_the_bad_state(tmp_path, data_dir):
     if bad_step == 1:
         assert tf.train.latest_checkpoint(tmp_path) is None
     else:
-        assert _steps(tmp_path)[-1] == bad_step - 1
-        assert _restored_step(tmp_path) == bad_step - 1
-
-
-@pytest.mark.slow
-def test_kill_9_leaves_a_loadable_latest_checkpoint(tmp_path, data_dir):
-    """CheckpointManager renames files into place and updates the state file last. While
-    the run lives, its folder is locked; after the kill, the lock is free, temp
-    folders are removed and a torn leftover is one line naming it."""
-    common = (f"--data_dir={data_dir}", f"--model_dir={tmp_path}", "--mode=train",
-              "--checkpoint_every=1", "--keep_checkpoints=2", *TINY_FLAGS)
-    proc = start_main("--train_steps=100000", *common)
-    _wait_for(proc, r"\b4/100000")
-    # A second trainer on the same folder would interleave checkpoints: refused.
-    second = run_main("--train_steps=100000", *common, check=False)
-    assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
-    assert second.stderr.strip().splitlines() == [
-        f"main.py: error: --model_dir: {tmp_path} is in use by another training run "
-        f"(pid {proc.pid}); stop it or choose another --model_dir"]
-    proc.kill()  # SIGKILL, most likely in or near a save: one happens every step
-    proc.communicate(timeout=60)
-    step = _restored_step(tmp_path)  # raises if the latest checkpoint were torn
-    assert step >= 3
-    # What a kill in a save can leave: a temp folder, and a torn checkpoint that the
-    # state file does not name.
-    os.makedirs(tmp_path / "ckpt-99_temp")
-    with open(tmp_path / "ckpt-99_temp" / "part-00000-of-00001.index", "wb") as f:
-        f.write(b"torn")
-    with open(tmp_path / "ckpt-98.index", "wb") as f:
-        f.write(b"torn")
-    torn = run_main("--mode=eval", "--checkpoint=ckpt-98", *common[:2], check=False)
-    assert torn.returncode == 2 and len(torn.stderr.strip().splitlines()) == 1, torn.stderr
-    assert f"checkpoint {tmp_path}/ckpt-98 is damaged or unreadable" in torn.stderr
-    # The killed run's lock does not block the resume: the kernel released it.
-    resumed = run_main(f"--train_steps={step + 1}", *common)
-    assert f"at step {step}" in resumed.stdout
-    assert not os.path.exists(tmp_path / "ckpt-99_temp")
-    assert (tmp_path / ".lock").read_text() == ""  # released at the end, naming no one
+        assert checkpoint_steps(tmp_path)[-1] == bad_step - 1
+        assert restored_step(tmp_path) == bad_step - 1
