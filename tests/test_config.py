@@ -18,6 +18,7 @@ from tfseg.errors import InputError
     ("report_verify_seconds", -1.0), ("weight_decay_type", "adamw"),
     ("max_skipped_updates", 0), ("eval_mode", "tiles"), ("eval_stride", (200, 200)),
     ("recompute", ("entry_block2",)), ("crop_size", (100, 100)), ("mode", "dance"),
+    ("head_epsilon", 0.0), ("resize", "nearest"),
 ])
 def test_bad_values_name_their_flag(flag, value):
     with pytest.raises(InputError, match=f"^--{flag}: "):
@@ -68,6 +69,11 @@ def test_flags_parse_lists_and_saved_configs_round_trip():
         Config.from_flags({**values, "eval_crop": ["1", "2", "3"]})
     saved = {**json.loads(config.to_json()), "class_names": ["a"], "palette": [[0, 0, 0]]}
     assert Config.from_dict(saved) == config
+    # A run saved before the reference conventions: the model it was, today's defaults.
+    old = json.loads(config.to_json())
+    del old["model"]["head_epsilon"], old["model"]["resize"]
+    assert Config.from_dict(old) == config
+    assert (config.model.head_epsilon, config.model.resize) == (1e-3, "half_pixel")
     # A run saved before the sections: flat flag names.
     assert Config.from_dict({"width_multiplier": 0.5, "data_dir": "/d", "class_names": []}) == \
         Config.from_flat(width_multiplier=0.5, data_dir="/d")

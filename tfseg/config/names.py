@@ -9,6 +9,8 @@ MODES = ("train_and_eval", "train", "eval", "predict", "export", "report", "conv
          "validate")
 DATASETS = ("cityscapes", "voc", "camvid", "synthetic", "tfrecord")
 NORMS = ("batch", "sync_batch", "group")
+# Bilinear resize conventions: tf.image.resize's, and TF1's (research/deeplab's).
+RESIZE_MODES = ("half_pixel", "align_corners")
 RECOMPUTE_BLOCKS = ("entry_block1", "entry_block3", "middle", "exit_block1", "exit_block2")
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")

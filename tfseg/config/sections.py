@@ -4,8 +4,8 @@ import dataclasses
 from typing import Tuple
 
 from tfseg.config.names import (DATASETS, DTYPE_POLICIES, EVAL_MODES, MODES, NORMS,
-                                RECOMPUTE_BLOCKS, STRATEGIES, WEIGHT_DECAY_TYPES, check, one_of,
-                                setting)
+                                RECOMPUTE_BLOCKS, RESIZE_MODES, STRATEGIES, WEIGHT_DECAY_TYPES,
+                                check, one_of, setting)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +63,12 @@ class Model:
     memory_saving: bool = setting(False, "Fused ReLU+depthwise, output-only norms.")
     recompute: Tuple[str, ...] = setting((), "Backbone blocks to recompute, e.g. middle.",
                                          items=(str, None))
+    # research/deeplab's conventions are head_epsilon=1e-5 and resize=align_corners; a
+    # config.json saved before these settings gets today's defaults, the same model.
+    head_epsilon: float = setting(1e-3, "Norm epsilon of the ASPP and decoder (the backbone "
+                                  "keeps 1e-3); research/deeplab: 1e-5.")
+    resize: str = setting("half_pixel", "Bilinear resizes (ASPP pooling, decoder, logits): "
+                          "half_pixel or align_corners (TF1, research/deeplab).")
 
     def __post_init__(self):
         check(self.output_stride in (8, 16, 32), "output_stride",
@@ -71,6 +77,8 @@ class Model:
         check(self.width_multiplier > 0, "width_multiplier", "must be > 0")
         check(self.middle_repeats >= 1, "middle_repeats", "must be >= 1")
         check(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
+        check(self.head_epsilon > 0, "head_epsilon", f"must be > 0, got {self.head_epsilon}")
+        one_of(self.resize, RESIZE_MODES, "resize")
         for block in self.recompute:
             check(block in RECOMPUTE_BLOCKS, "recompute",
                   f"unknown block {block!r}; choose from {', '.join(RECOMPUTE_BLOCKS)}")

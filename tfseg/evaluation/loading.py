@@ -9,9 +9,11 @@ import numpy as np
 from tfseg import data as data_lib
 from tfseg.runtime import builders, checkpoints, files
 
-# Settings (flag names) that change which variables exist; taken from the config.json beside
-# the checkpoint so that `--mode=eval` works with the training command's defaults or flagfile.
-ARCHITECTURE = ("dataset", "width_multiplier", "middle_repeats", "norm")
+# Settings (flag names) that change which variables exist, or (head_epsilon, resize) what the
+# same variables compute; taken from the config.json beside the checkpoint so that
+# `--mode=eval` works with the training command's defaults or flagfile.
+ARCHITECTURE = ("dataset", "width_multiplier", "middle_repeats", "norm", "head_epsilon",
+                "resize")
 
 Loaded = collections.namedtuple("Loaded", "model classes checkpoint config")
 

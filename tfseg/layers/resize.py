@@ -12,13 +12,34 @@ class ResizeLike(keras.layers.Layer):
     DeepLab upsamples to the size of the low-level feature and of the input image,
     whatever they are. Shapes: [N, h, w, C], [N, H, W, *] -> [N, H, W, C].
     Give it `dtype="float32"` to get float32 logits under mixed precision.
+
+    Args:
+      align_corners: False (default): half-pixel centres, `tf.image.resize`'s
+        bilinear. True: TF1's corner-aligned convention, exactly
+        `tf.compat.v1.image.resize_bilinear(x, size, align_corners=True)`, which
+        research/deeplab uses for all its resizes (its checkpoints expect it).
     """
+
+    def __init__(self, align_corners=False, **kwargs):
+        super().__init__(**kwargs)
+        self.align_corners = bool(align_corners)
 
     def call(self, inputs):
         x, reference = inputs
         size = tf.shape(reference)[1:3]
-        return tf.cast(tf.image.resize(x, size, method="bilinear"), self.compute_dtype)
+        if self.align_corners:
+            # The op behind tf.compat.v1.image.resize_bilinear; half_pixel_centers must
+            # be off for align_corners (they are two different grids).
+            resized = tf.raw_ops.ResizeBilinear(
+                images=x, size=size, align_corners=True, half_pixel_centers=False)
+        else:
+            resized = tf.image.resize(x, size, method="bilinear")
+        return tf.cast(resized, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):
         x_shape, ref_shape = input_shape
         return (x_shape[0], ref_shape[1], ref_shape[2], x_shape[-1])
+
+    def get_config(self):
+        # Kept by config copies: the memory rewrite rebuilds every layer from it.
+        return {**super().get_config(), "align_corners": self.align_corners}

@@ -1,16 +1,24 @@
-"""tfseg models: DeepLabv3+ with an aligned Xception-65 backbone."""
+"""tfseg models: DeepLabv3+ with an aligned Xception-65 backbone, and research/deeplab import."""
 
 from tfseg.models.deeplab import deeplab_v3_plus, normalize, part_of
 from tfseg.models.policy import LayerPolicy
+from tfseg.models.research_deeplab import (REFERENCE_CONVENTIONS, ImportReport,
+                                           from_research_deeplab, load_research_deeplab,
+                                           research_deeplab_options)
 from tfseg.models.xception import XCEPTION65, BlockSpec, xception65, xception_features
 
 __all__ = [
     "BlockSpec",
+    "ImportReport",
     "LayerPolicy",
+    "REFERENCE_CONVENTIONS",
     "XCEPTION65",
     "deeplab_v3_plus",
+    "from_research_deeplab",
+    "load_research_deeplab",
     "normalize",
     "part_of",
+    "research_deeplab_options",
     "xception65",
     "xception_features",
 ]

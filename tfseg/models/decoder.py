@@ -6,14 +6,16 @@ from tfseg.layers import ResizeLike
 from tfseg.models import policy as policy_lib
 
 
-def decoder(high, low, policy, num_classes, filters=256, low_filters=48, name="decoder"):
-    """Projects `low` to `low_filters` channels, upsamples `high` to its size,
-    concatenates, applies two separable 3x3 convs and a 1x1 logits conv.
+def decoder(high, low, policy, num_classes, filters=256, low_filters=48, name="decoder",
+            align_corners=False):
+    """Projects `low` to `low_filters` channels, upsamples `high` to its size
+    (`ResizeLike(align_corners)`), concatenates, applies two separable 3x3 convs
+    and a 1x1 logits conv.
 
     Shapes: high [N, h, w, C], low [N, H, W, C'] -> logits [N, H, W, num_classes].
     """
     low = policy_lib.conv_norm_relu(low, low_filters, policy, f"{name}_projection")
-    high = ResizeLike(name=f"{name}_upsample")([high, low])
+    high = ResizeLike(align_corners, name=f"{name}_upsample")([high, low])
     x = keras.layers.Concatenate(name=f"{name}_concat")([high, low])
     for i in range(2):
         x = policy_lib.separable_conv(x, filters, policy, f"{name}_conv{i + 1}", relu_inside=True)

@@ -1,8 +1,11 @@
 """DeepLabv3+ on the aligned Xception-65 or on any backbone, as one functional Keras model."""
 
+import dataclasses
+
 import keras
 
 from tfseg import memory
+from tfseg.config import RESIZE_MODES
 from tfseg.layers import ResizeLike
 from tfseg.models import aspp as aspp_lib
 from tfseg.models import backbone as backbone_lib
@@ -24,6 +27,8 @@ def deeplab_v3_plus(
     recompute=None,
     policy=None,
     backbone=None,
+    head_epsilon=None,
+    resize="half_pixel",
     name="deeplab_v3_plus",
 ):
     """DeepLabv3+ (Chen et al. 2018, https://arxiv.org/abs/1802.02611).
@@ -67,6 +72,14 @@ def deeplab_v3_plus(
         memory-saving model is a rewritten copy) plus the head. The backbone's
         layer names must not clash with the head's ("aspp_*", "decoder_*",
         "logits", "logits_resize").
+      head_epsilon: the epsilon of the ASPP and decoder norms; None: the
+        policy's (1e-3 by default, which the backbone keeps). research/deeplab
+        uses 1e-5 there and 1e-3 in Xception-65: its checkpoints need both.
+      resize: the convention of the three bilinear resizes (ASPP pooling,
+        decoder upsample, logits to the input size): "half_pixel"
+        (`tf.image.resize`) or "align_corners" (TF1's
+        `resize_bilinear(align_corners=True)`, research/deeplab's).
+        `tfseg.models.REFERENCE_CONVENTIONS` holds research/deeplab's pair.
 
     Input: float images normalised to [-1, 1] (`tfseg.models.normalize`) for
     Xception-65, or what the backbone expects, [N, H, W, 3]. Output: float32
@@ -74,6 +87,14 @@ def deeplab_v3_plus(
     """
     if policy is None:
         policy = policy_lib.LayerPolicy(norm=norm)
+    if resize not in RESIZE_MODES:
+        raise ValueError(f"resize must be one of {RESIZE_MODES}, got {resize!r}")
+    align_corners = resize == "align_corners"
+    head_policy = policy
+    if head_epsilon is not None:
+        if not head_epsilon > 0:
+            raise ValueError(f"head_epsilon must be > 0, got {head_epsilon}")
+        head_policy = dataclasses.replace(policy, epsilon=head_epsilon)
     if backbone is None:
         output_stride = 16 if output_stride is None else output_stride
         inputs = keras.Input(input_shape or (None, None, 3), name="image")
@@ -86,23 +107,24 @@ def deeplab_v3_plus(
         )
     x = aspp_lib.aspp(
         features["out"],
-        policy,
+        head_policy,
         aspp_lib.ATROUS_RATES[output_stride],
         filters=policy_lib.scaled(256, width_multiplier),
         dropout=dropout,
+        align_corners=align_corners,
     )
     logits = decoder_lib.decoder(
         x,
         features["low_level"],
-        policy,
+        head_policy,
         num_classes,
         filters=policy_lib.scaled(256, width_multiplier),
         low_filters=policy_lib.scaled(48, width_multiplier),
+        align_corners=align_corners,
     )
     # Logits stay in the variable dtype (float32 under mixed precision): the loss needs the range.
-    outputs = ResizeLike(name="logits_resize", dtype=keras.config.dtype_policy().variable_dtype)(
-        [logits, inputs]
-    )
+    outputs = ResizeLike(align_corners, name="logits_resize",
+                         dtype=keras.config.dtype_policy().variable_dtype)([logits, inputs])
     model = keras.Model(inputs, outputs, name=name)
     if memory_saving or recompute:
         segments = ()  # a backbone's recompute was refused above
