@@ -166,7 +166,15 @@ FLAGS = flags.FLAGS
 
 def config_from_flags():
     """The one place where flags become a ``Config``."""
-    return Config.from_flags({name: FLAGS[name].value for name in flag_table()})
+    config = Config.from_flags({name: FLAGS[name].value for name in flag_table()})
+    if config.run.init_checkpoint and config.run.mode not in ("validate", "convert"):
+        from tfseg.runtime import init
+
+        # What the checkpoint implies (width, middle units, conventions) for every
+        # setting that no flag or flagfile gave.
+        given = {name for name in flag_table() if FLAGS[name].present}
+        config = init.adapt(config, given)
+    return config
 
 
 def _usage_error(message):

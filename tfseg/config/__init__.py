@@ -16,12 +16,12 @@ Validation messages name the flag (``--crop_size: ...``).
 """
 
 from tfseg.config.config import Config, flag_table, parse_list
-from tfseg.config.names import (DATASETS, DTYPE_POLICIES, EVAL_MODES, MODES, NORMS,
-                                RECOMPUTE_BLOCKS, RESIZE_MODES, STRATEGIES, WEIGHT_DECAY_TYPES,
-                                crop_ok, setting)
+from tfseg.config.names import (ARCHITECTURE, DATASETS, DTYPE_POLICIES, EVAL_MODES, MODES,
+                                NORMS, RECOMPUTE_BLOCKS, RESIZE_MODES, STRATEGIES,
+                                WEIGHT_DECAY_TYPES, crop_ok, setting)
 from tfseg.config.sections import SECTIONS, Data, Eval, Model, Optim, Run
 
-__all__ = ["Config", "flag_table", "parse_list", "DATASETS", "DTYPE_POLICIES", "EVAL_MODES",
-           "MODES", "NORMS", "RECOMPUTE_BLOCKS", "RESIZE_MODES", "STRATEGIES",
-           "WEIGHT_DECAY_TYPES", "crop_ok", "setting", "SECTIONS", "Data", "Eval", "Model", "Optim",
-           "Run"]
+__all__ = ["ARCHITECTURE", "Config", "flag_table", "parse_list", "DATASETS", "DTYPE_POLICIES",
+           "EVAL_MODES", "MODES", "NORMS", "RECOMPUTE_BLOCKS", "RESIZE_MODES", "STRATEGIES",
+           "WEIGHT_DECAY_TYPES", "crop_ok", "setting", "SECTIONS", "Data", "Eval", "Model",
+           "Optim", "Run"]

@@ -9,6 +9,10 @@ MODES = ("train_and_eval", "train", "eval", "predict", "export", "report", "conv
          "validate")
 DATASETS = ("cityscapes", "voc", "camvid", "synthetic", "tfrecord")
 NORMS = ("batch", "sync_batch", "group")
+# The settings (flag names) that decide which variables a model has, or (head_epsilon,
+# resize) what the same variables compute: a checkpoint's config.json gives them.
+ARCHITECTURE = ("dataset", "width_multiplier", "middle_repeats", "norm", "head_epsilon",
+                "resize")
 # Bilinear resize conventions: tf.image.resize's, and TF1's (research/deeplab's).
 RESIZE_MODES = ("half_pixel", "align_corners")
 RECOMPUTE_BLOCKS = ("entry_block1", "entry_block3", "middle", "exit_block1", "exit_block2")

@@ -179,6 +179,12 @@ class Run:
                                        "with exit code 3.")
     checkpoint: str = setting("", "eval/predict/export: checkpoint path or name in "
                               "--model_dir (default: latest).")
+    init_checkpoint: str = setting(
+        "", "Start from these weights: a research/deeplab xception_65 checkpoint or a tfseg "
+        "run's (prefix or folder). Weights only (no step, no optimizer state); settings it "
+        "implies (width, middle units, conventions) unless given. A checkpoint in "
+        "--model_dir wins: that is a resume. eval/predict/export: the model to use when "
+        "--model_dir has none.")
     input_path: str = setting("", "predict: an image file or a folder of images.")
     output_dir: str = setting("", "predict: output folder (default: MODEL_DIR/predictions).")
     export_dir: str = setting("", "export: output folder (default: MODEL_DIR/export).")

@@ -4,7 +4,8 @@ from tfseg.data import camvid, cityscapes, order, png, synthetic, transforms, vo
 from tfseg.data.config import DATASETS, DataConfig
 from tfseg.data.decode import load_pair, pairs_dataset, pairs_to_examples
 from tfseg.data.feed import distribute, iterate
-from tfseg.data.pipeline import build_dataset, build_dataset_with_stats, class_names, get_source
+from tfseg.data.pipeline import (build_dataset, build_dataset_with_stats, class_names,
+                                 get_source, palette)
 from tfseg.data.source import IGNORE_LABEL, Source
 from tfseg.data.stats import DataStats
 from tfseg.data.synthetic import write_synthetic_cityscapes
@@ -20,6 +21,7 @@ __all__ = [
     "build_dataset_with_stats",
     "camvid",
     "class_names",
+    "palette",
     "cityscapes",
     "distribute",
     "get_source",

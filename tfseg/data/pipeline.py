@@ -24,6 +24,7 @@ epoch's (shuffled) order, mixed by ``shuffle_buffer``.
 """
 import os
 
+import numpy as np
 import tensorflow as tf
 
 from tfseg.data import camvid, cityscapes, footprint, order, tfrecords, voc
@@ -62,6 +63,16 @@ def class_names(config):
     if config.dataset == "tfrecord":
         return tuple(tfrecords.read_metadata(config.root, config.split)["class_names"])
     return voc.CLASS_NAMES if config.dataset == "voc" else cityscapes.CLASS_NAMES
+
+
+def palette(config):
+    """The display colours [num_classes, 3] of the data set ``config`` reads, without
+    its images (as ``class_names``)."""
+    if config.dataset == "camvid":
+        return camvid.read_class_dict(os.path.join(config.root, "class_dict.csv"))[1]
+    if config.dataset == "tfrecord":
+        return np.asarray(tfrecords.read_metadata(config.root, config.split)["palette"])
+    return voc.PALETTE if config.dataset == "voc" else cityscapes.PALETTE
 
 
 def _sized_source(config):

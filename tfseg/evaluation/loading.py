@@ -7,13 +7,9 @@ import os
 import numpy as np
 
 from tfseg import data as data_lib
-from tfseg.runtime import builders, checkpoints, files
+from tfseg.config import ARCHITECTURE
+from tfseg.runtime import builders, checkpoints, files, init
 
-# Settings (flag names) that change which variables exist, or (head_epsilon, resize) what the
-# same variables compute; taken from the config.json beside the checkpoint so that
-# `--mode=eval` works with the training command's defaults or flagfile.
-ARCHITECTURE = ("dataset", "width_multiplier", "middle_repeats", "norm", "head_epsilon",
-                "resize")
 
 Loaded = collections.namedtuple("Loaded", "model classes checkpoint config")
 
@@ -32,7 +28,8 @@ class Classes:
 
 def resolve(config, log=print):
     """(config, saved): ``config`` with ``checkpoint`` set to the checkpoint's path and the
-    ``ARCHITECTURE`` fields of the config.json beside it; ``saved`` is that file's dict.
+    ``ARCHITECTURE`` fields of the config.json beside it (so that ``--mode=eval`` works
+    with the training command's defaults or flagfile); ``saved`` is that file's dict.
 
     The config is read beside the checkpoint, not in ``--model_dir``: a
     ``--checkpoint`` from another run was trained with that run's settings. The
@@ -85,6 +82,8 @@ def load_model(config, stock=False, log=print):
     Raises:
       ValueError: the checkpoint's weights are not this model's (names the checkpoint).
     """
+    if _initial_weights_only(config):
+        return _load_initial(config, stock, log)
     config, saved = resolve(config, log)
     if stock:
         config = config.replace(memory_saving=False, recompute=())
@@ -97,3 +96,26 @@ def load_model(config, stock=False, log=print):
     checkpoints.Checkpoints(model, config.run.model_dir).restore(path)
     log(f"restored {path}")
     return Loaded(model, info, path, config)
+
+
+def _initial_weights_only(config):
+    """True for eval/predict/export of ``--init_checkpoint`` itself: no ``--checkpoint``
+    and no checkpoint in ``--model_dir`` (a trained run there wins, as in training)."""
+    run = config.run
+    return bool(run.init_checkpoint and not run.checkpoint
+                and files.latest_checkpoint(run.model_dir) is None)
+
+
+def _load_initial(config, stock, log):
+    """``load_model`` of the flags' model with the weights of ``--init_checkpoint``; the
+    class names and palette are the data set's (``--dataset``), read without its images."""
+    if stock:
+        config = config.replace(memory_saving=False, recompute=())
+    builders.set_dtype_policy(config)
+    data_config = builders.data_config(config, training=False)
+    info = Classes(tuple(data_lib.class_names(data_config)),
+                   np.asarray(data_lib.palette(data_config), np.uint8))
+    norm = "batch" if config.model.norm == "sync_batch" else config.model.norm
+    model = builders.model(config, info.num_classes, norm)
+    init.load(model, config.run.init_checkpoint, log)
+    return Loaded(model, info, config.run.init_checkpoint, config)

@@ -13,9 +13,8 @@ import tensorflow as tf
 from tfseg import data as data_lib
 from tfseg.errors import InputError, NonFiniteLoss
 from tfseg.evaluation.evaluate import PeriodicEval
-from tfseg.runtime import builders, checkpoints, files
+from tfseg.runtime import builders, checkpoints, files, init, summaries
 from tfseg.runtime.signals import StopRequest
-from tfseg.runtime import summaries
 from tfseg.train.lock import ModelDirLock
 from tfseg.train.step import PixelLoss, make_train_step
 
@@ -160,13 +159,17 @@ def _train(config, strategy, stop, log):
     if ckpts.chief:
         ckpts.remove_leftovers()  # of saves a kill interrupted; we hold the folder's lock
     restored = ckpts.resume(log)
+    if restored is None and run.init_checkpoint:
+        init.load(model, run.init_checkpoint, log)  # weights only: step 0, fresh momentum
     start = int(step.numpy())
     # A checkpoint saved before the count was kept restores none: the input goes on at
     # its step (the count is the step plus the skipped updates, never less).
     read.assign(max(int(read.numpy()), start))
     log(f"{model.name}: {model.count_params():,} parameters, {source.num_classes} classes, "
         f"{norm} norm, {strategy.num_replicas_in_sync} replica(s); "
-        + (f"resumed from {restored} at step {start}" if restored else "from scratch"))
+        + (f"resumed from {restored} at step {start}" if restored else
+           f"from the weights of {run.init_checkpoint}" if run.init_checkpoint else
+           "from scratch"))
     if ckpts.chief:
         # Class names and palette too: predict and export then need no data set.
         files.save_config(config, run.model_dir, class_names=list(source.class_names),
