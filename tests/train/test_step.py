@@ -17,6 +17,7 @@ from tfseg.train import loop
 from tfseg.config import Config
 from tfseg.train.step import PixelLoss, make_train_step
 from tests.data.trees import cityscapes_tree
+from tests.train.conftest import TINY_FLAGS, run_main
 
 
 @pytest.fixture
@@ -233,3 +234,55 @@ def test_the_step_normalises_uint8_pixels_as_the_old_float_path_did(tmp_path):
     assert float(loss) == pytest.approx(same_pixels, rel=1e-6)
     # ~0.2% on this tiny random network, whose loss is very sensitive to its input.
     assert float(loss) == pytest.approx(unrounded, rel=1e-2)
+
+
+def _accumulated_run(config, initial, batches):
+    """(model, optimizer, step) after ``train_step`` on each of ``batches`` from ``initial``."""
+    model = builders.model(config, 3)
+    model.set_weights(initial)
+    optimizer = builders.optimizer(config, model)
+    step = tf.Variable(0, dtype=tf.int64)
+    train_step = make_train_step(tf.distribute.get_strategy(), model, optimizer, PixelLoss(),
+                                 step, False, *builders.l2_weight_decay(config, model),
+                                 accum_steps=config.optim.grad_accum_steps)
+    losses = [float(train_step(batch)[0]) for batch in batches]
+    return model, optimizer, step, losses
+
+
+def test_accumulated_micro_batches_update_as_one_batch_of_them_all():
+    """N=3 micro-batches of 2 with frozen batch norm and no dropout make the update of one
+    batch of 6: the loss is normalised by all their labelled pixels, which differ from one
+    micro-batch to the next, and L2 decay and momentum count once per update."""
+    config = Config.from_flat(width_multiplier=0.125, middle_repeats=1, dropout=0.0,
+                              warmup_steps=1, train_steps=10, learning_rate=0.05,
+                              weight_decay=1e-2, freeze_batch_norm=True)
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (2, 6, 33, 41, 3))
+    labels = rng.integers(0, 3, (2, 6, 33, 41))
+    labels[:, :2, :20] = 255  # the first micro-batch has far fewer labelled pixels
+    labels[:, 5] = 255  # and one image none
+    big = [(tf.constant(i, tf.uint8), tf.constant(l, tf.int32)) for i, l in zip(images, labels)]
+    micro = [[(x[k:k + 2], y[k:k + 2]) for k in (0, 2, 4)] for x, y in big]
+    initial = builders.model(config, 3).get_weights()
+    one, one_opt, one_step, one_losses = _accumulated_run(config, initial, big)
+    acc, acc_opt, acc_step, acc_losses = _accumulated_run(
+        config.replace(grad_accum_steps=3), initial, micro)
+    assert int(acc_step.numpy()) == int(acc_opt.iterations) == 2
+    np.testing.assert_allclose(acc_losses, one_losses, rtol=1e-5)
+    moved = False
+    for a, b, w0 in zip(one.weights, acc.weights, initial):
+        scale = np.abs(a.numpy() - w0).max()
+        moved |= scale > 0
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-5, atol=1e-3 * scale + 1e-7,
+                                   err_msg=a.path)
+    assert moved
+
+
+@pytest.mark.slow
+def test_the_loop_reads_n_batches_per_accumulated_update(tmp_path, data_dir):
+    """--grad_accum_steps=2: 2 updates read 4 batches; the checkpoint says so, for resume."""
+    run_main(f"--data_dir={data_dir}", f"--model_dir={tmp_path}", "--mode=train",
+             "--train_steps=2", "--checkpoint_every=2", "--grad_accum_steps=2", *TINY_FLAGS)
+    reader = tf.train.load_checkpoint(str(tmp_path / "ckpt-2"))
+    assert int(reader.get_tensor("batches_read/.ATTRIBUTES/VARIABLE_VALUE")) == 4
+    assert int(reader.get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE")) == 2

@@ -69,6 +69,10 @@ class Model:
                                   "keeps 1e-3); research/deeplab: 1e-5.")
     resize: str = setting("half_pixel", "Bilinear resizes (ASPP pooling, decoder, logits): "
                           "half_pixel or align_corners (TF1, research/deeplab).")
+    freeze_batch_norm: bool = setting(
+        False, "Fine-tuning: batch norms run in inference mode (fixed moving statistics) with "
+        "gamma and beta frozen, as research/deeplab's fine_tune_batch_norm=false; group norm: "
+        "gamma and beta frozen, each image still normalised by its own statistics.")
 
     def __post_init__(self):
         check(self.output_stride in (8, 16, 32), "output_stride",
@@ -95,6 +99,15 @@ class Optim:
     the optimizer's ``kernel -= lr * weight_decay * kernel``. With momentum m, L2
     decays about 1 / (1 - m) times (10x at 0.9) as fast. Both skip depthwise kernels
     (research/deeplab's ``regularize_depthwise=False``), norm parameters and biases.
+
+    ``grad_accum_steps`` N sums the gradients of N micro-batches of ``batch_size``
+    (each micro-batch is one forward and backward pass, as research/deeplab's and
+    PaddleSeg's batch is) before one update, so an update sees N x batch_size images;
+    the loss is normalised over the labelled pixels of all N, as for one batch of
+    N x batch_size. ``train_steps``, ``warmup_steps`` and the schedule count updates.
+    Batch norm in training mode normalises each micro-batch by its own statistics and
+    moves its moving averages N times per update; with ``--freeze_batch_norm`` N
+    micro-batches give the update of one batch of N x batch_size.
     """
 
     train_steps: int = setting(1500, "Total training steps.")
@@ -110,6 +123,11 @@ class Optim:
         "stronger); decoupled: the optimizer's lr * wd * kernel.")
     class_weights: Tuple[float, ...] = setting(
         (), "One loss weight per class (default: all 1).", items=(float, None))
+    grad_accum_steps: int = setting(
+        1, "Micro-batches of --batch_size per update: gradients are summed over N of them, "
+        "so an update sees N x --batch_size images (the schedule and --train_steps count "
+        "updates). Batch norm's batch statistics are each micro-batch's own (or frozen: "
+        "--freeze_batch_norm).")
 
     def __post_init__(self):
         check(self.train_steps >= 1, "train_steps", "must be >= 1")
@@ -123,6 +141,8 @@ class Optim:
         check(self.weight_decay >= 0, "weight_decay", "must be >= 0")
         one_of(self.weight_decay_type, WEIGHT_DECAY_TYPES, "weight_decay_type")
         check(all(w >= 0 for w in self.class_weights), "class_weights", "must be >= 0")
+        check(self.grad_accum_steps >= 1, "grad_accum_steps",
+              f"must be >= 1, got {self.grad_accum_steps}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -99,6 +99,31 @@ def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_eps
     return forward(x, gamma, beta)
 
 
+def frozen_batch_norm(x, mean, variance, gamma, beta, *, epsilon):
+    """Inference-mode batch norm, y = x * scale + shift per channel, keeping nothing.
+
+    The backward of an affine map is dx = dy * scale: it needs neither x nor y.
+    Forward and backward use ``tf.nn.batch_normalization``'s arithmetic, so they
+    equal the stock frozen layer's bit for bit. No gradient reaches the statistics,
+    gamma or beta: for frozen layers only. x: [..., C]; the others [C].
+    """
+    dtype = _stat_dtype(x.dtype)
+    x_dtype = x.dtype
+    scale = tf.math.rsqrt(tf.stop_gradient(variance) + epsilon) * tf.stop_gradient(gamma)
+    shift = tf.stop_gradient(beta) - tf.stop_gradient(mean) * scale
+
+    @tf.custom_gradient
+    def forward(x):
+        y = tf.cast(tf.stop_gradient(x), dtype) * scale + shift
+
+        def backward(dy):
+            return tf.cast(tf.cast(dy, dtype) * scale, x_dtype)
+
+        return tf.cast(y, x_dtype), backward
+
+    return forward(x)
+
+
 def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_EPSILON):
     """Group norm over channels-last `x` (any rank >= 3), keeping only y."""
     channels = x.shape[-1]
@@ -161,14 +186,24 @@ class InplaceBatchNormalization(keras.layers.BatchNormalization):
     and order, so checkpoints load either way. In training it keeps y and the batch
     statistics instead of x, and updates the moving statistics exactly as the stock
     layer does. With `synchronized=True` the backward sums are all-reduced too.
-    Inference, a frozen layer, masks, renorm and channels-first axes run the stock
+    Inference of a trainable layer, masks, renorm and channels-first axes run the stock
     code. Shapes: [..., C] -> [..., C]. See the module docstring for the gamma guard.
+
+    Frozen (``trainable=False``: inference mode in training too, as the stock layer)
+    it is a per-channel affine whose backward keeps nothing (``frozen_batch_norm``);
+    it is exact, and gamma and beta get no gradient.
     """
 
     def call(self, inputs, training=None, mask=None):
-        if not (training and self.trainable) or mask is not None or self.renorm or (
-            self.axis not in (-1, len(inputs.shape) - 1)
-        ):
+        stock = mask is not None or self.renorm or self.axis not in (-1, len(inputs.shape) - 1)
+        if not self.trainable and not stock:
+            gamma, beta = _affine(self, inputs)
+            dtype = _stat_dtype(inputs.dtype)
+            y = frozen_batch_norm(inputs, ops.cast(self.moving_mean, dtype),
+                                  ops.cast(self.moving_variance, dtype), gamma, beta,
+                                  epsilon=self.epsilon)
+            return ops.cast(y, self.compute_dtype)
+        if not (training and self.trainable) or stock:
             return super().call(inputs, training=training, mask=mask)
         gamma, beta = _affine(self, inputs)
         y, mean, variance = inplace_batch_norm(

@@ -1,6 +1,7 @@
 """tfseg models: DeepLabv3+ with an aligned Xception-65 backbone, and research/deeplab import."""
 
 from tfseg.models.deeplab import deeplab_v3_plus, normalize, part_of
+from tfseg.models.freeze import freeze_norms
 from tfseg.models.policy import LayerPolicy
 from tfseg.models.research_deeplab import (REFERENCE_CONVENTIONS, ImportReport,
                                            from_research_deeplab, load_research_deeplab,
@@ -14,6 +15,7 @@ __all__ = [
     "REFERENCE_CONVENTIONS",
     "XCEPTION65",
     "deeplab_v3_plus",
+    "freeze_norms",
     "from_research_deeplab",
     "load_research_deeplab",
     "normalize",

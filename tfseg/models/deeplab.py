@@ -10,6 +10,7 @@ from tfseg.layers import ResizeLike
 from tfseg.models import aspp as aspp_lib
 from tfseg.models import backbone as backbone_lib
 from tfseg.models import decoder as decoder_lib
+from tfseg.models import freeze as freeze_lib
 from tfseg.models import policy as policy_lib
 from tfseg.models import xception
 
@@ -29,6 +30,7 @@ def deeplab_v3_plus(
     backbone=None,
     head_epsilon=None,
     resize="half_pixel",
+    freeze_batch_norm=False,
     name="deeplab_v3_plus",
 ):
     """DeepLabv3+ (Chen et al. 2018, https://arxiv.org/abs/1802.02611).
@@ -80,6 +82,12 @@ def deeplab_v3_plus(
         (`tf.image.resize`) or "align_corners" (TF1's
         `resize_bilinear(align_corners=True)`, research/deeplab's).
         `tfseg.models.REFERENCE_CONVENTIONS` holds research/deeplab's pair.
+      freeze_batch_norm: research/deeplab's `fine_tune_batch_norm=False`, for
+        fine-tuning: every norm is made non-trainable
+        (`tfseg.models.freeze.freeze_norms`). Batch norms then run in inference
+        mode in training too, with fixed moving statistics, gamma and beta; group
+        norms keep normalising by each image's statistics, with gamma and beta
+        fixed. The variables are the same, so checkpoints load either way.
 
     Input: float images normalised to [-1, 1] (`tfseg.models.normalize`) for
     Xception-65, or what the backbone expects, [N, H, W, 3]. Output: float32
@@ -139,6 +147,9 @@ def deeplab_v3_plus(
             lean_dilated=memory_saving,
             recompute=segments,
         )
+    if freeze_batch_norm:
+        # After the rewrite, so the twins and the norms inside Recompute blocks are frozen too.
+        freeze_lib.freeze_norms(model)
     return model
 
 

@@ -139,4 +139,5 @@ def check_matches(path, model, state=None):
         raise InputError(
             f"tfseg: checkpoint {path} does not match the model {model.name}: "
             f"{'; '.join(problems)}. Was it trained with other --dataset, --width_multiplier, "
-            f"--middle_repeats or --norm, or by a tfseg before 0.2 (optimizer by position)?")
+            f"--middle_repeats or --norm, with --freeze_batch_norm (no slots for the norms), "
+            f"or by a tfseg before 0.2 (optimizer by position)?")

@@ -85,7 +85,8 @@ def build_step(config, strategy, make_model):
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     train_step = make_train_step(strategy, model, optimizer, PixelLoss(config.optim.class_weights),
                                  step, config.run.jit_compile,
-                                 *builders.l2_weight_decay(config, model))
+                                 *builders.l2_weight_decay(config, model),
+                                 accum_steps=config.optim.grad_accum_steps)
     return model, optimizer, step, train_step
 
 
@@ -164,7 +165,7 @@ def _train(config, strategy, stop, log):
     start = int(step.numpy())
     # A checkpoint saved before the count was kept restores none: the input goes on at
     # its step (the count is the step plus the skipped updates, never less).
-    read.assign(max(int(read.numpy()), start))
+    read.assign(max(int(read.numpy()), start * optim.grad_accum_steps))
     log(f"{model.name}: {model.count_params():,} parameters, {source.num_classes} classes, "
         f"{norm} norm, {strategy.num_replicas_in_sync} replica(s); "
         + (f"resumed from {restored} at step {start}" if restored else
@@ -199,10 +200,12 @@ def _train(config, strategy, stop, log):
     skipped = SkippedUpdates(run.max_skipped_updates, log)
 
     with writer.as_default():
+        accum = optim.grad_accum_steps
         while int(step.numpy()) < optim.train_steps:
-            batch = next(batches)
-            loss, finite, predictions = train_step(batch)
-            read.assign_add(1)
+            # --grad_accum_steps: one update of `accum` micro-batches, all counted as read.
+            micro = [next(batches) for _ in range(accum)]
+            loss, finite, predictions = train_step(micro[0] if accum == 1 else micro)
+            read.assign_add(accum)
             current, loss = int(step.numpy()), float(loss)
             if not bool(finite):
                 # Without loss scaling the gradients are checked too: the loss may be finite.
@@ -219,7 +222,7 @@ def _train(config, strategy, stop, log):
             result.update(step=current, loss=loss)
             if advanced and (current % run.log_every == 0 or current == optim.train_steps):
                 seconds = time.perf_counter() - window_start
-                images_per_s = window_steps * config.data.batch_size / max(seconds, 1e-9)
+                images_per_s = window_steps * accum * config.data.batch_size / max(seconds, 1e-9)
                 lr = float(optimizer.learning_rate)  # the schedule's value now
                 peak_label, peak = memory_peak()
                 progbar.update(current - start, [
@@ -233,7 +236,9 @@ def _train(config, strategy, stop, log):
                     for name, count in data_stats.as_dict().items():
                         tf.summary.scalar(f"data/{name}", count, step=current)
                 if current % (run.log_every * 4) == 0:
-                    images, labels = (strategy.experimental_local_results(t)[0] for t in batch)
+                    # The last micro-batch's: the predictions are of it.
+                    images, labels = (strategy.experimental_local_results(t)[0]
+                                      for t in micro[-1])
                     summaries.write_samples(images, labels, predictions, source.palette, current,
                                             run.num_summary_images)
                 window_start, window_steps = time.perf_counter(), 0

@@ -29,14 +29,23 @@ class PixelLoss:
         safe = tf.where(labels == IGNORE_LABEL, 0, labels)
         return valid * tf.gather(self.class_weights, safe)
 
-    def __call__(self, labels, logits):
-        weights = self.weights(labels)
-        total = self.cross_entropy(labels, logits, sample_weight=weights)
-        count = tf.cast(tf.reduce_sum(weights), total.dtype)
+    def count(self, *labels):
+        """The loss weights' sum over ``labels`` (batches [B, H, W]) and over the replicas:
+        the loss's denominator, float32."""
+        count = tf.add_n([tf.reduce_sum(self.weights(batch)) for batch in labels])
         context = tf.distribute.get_replica_context()
         if context is not None and context.num_replicas_in_sync > 1:
             count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
-        return total / tf.maximum(count, 1.0)
+        return count
+
+    def __call__(self, labels, logits, count=None):
+        """The loss of ``logits`` [B, H, W, C] at ``labels`` [B, H, W], divided by ``count``
+        (default: ``self.count(labels)``, this global batch's); with the count of several
+        micro-batches, their losses sum to the loss of one batch holding them all."""
+        weights = self.weights(labels)
+        total = self.cross_entropy(labels, logits, sample_weight=weights)
+        count = self.count(labels) if count is None else count
+        return total / tf.maximum(tf.cast(count, total.dtype), 1.0)
 
 
 def l2_penalty(weight_decay, kernels):
@@ -48,8 +57,18 @@ def l2_penalty(weight_decay, kernels):
     return 0.5 * weight_decay * tf.add_n([tf.reduce_sum(tf.square(v.value)) for v in kernels])
 
 
+def _after(tensor, gradients):
+    """``tensor``, computed only once ``gradients`` are: by control dependencies, and a data
+    one on the first (0 * an element; XLA drops control dependencies). The first is the
+    stem's, which the backward pass reaches last."""
+    with tf.control_dependencies(gradients):
+        tensor = tf.identity(tensor)
+    flat = tf.reshape(gradients[0], [-1])
+    return tensor + tf.cast(tf.reduce_sum(flat[:1]) * 0, tensor.dtype)
+
+
 def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False,
-                    weight_decay=0.0, decayed=()):
+                    weight_decay=0.0, decayed=(), accum_steps=1):
     """A tf.function: one distributed batch -> (loss, finite flag, replica 0's predictions).
 
     A batch is (images uint8 [B, H, W, 3], labels int32 [B, H, W]), as
@@ -73,18 +92,50 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
     and does not move when the loss-scale optimizer skips an update. Counting
     calls instead would run the step (checkpoint names, --train_steps) ahead of
     the schedule by every skipped update.
+
+    ``accum_steps`` N > 1: the step takes a list of N batches (micro-batches) and
+    makes one update of their summed gradients. Each replica runs them one after
+    the other (the next forward waits for the gradients before it, so one
+    micro-batch's activations are alive at a time) and sums its own gradients; the
+    optimizer then sums the replicas'. Every micro-batch's loss is divided by the
+    labelled-pixel count of all N, over all replicas, and the L2 term is added 1/N
+    times, so the update is that of one batch of N x B (exactly, with frozen batch
+    norm and no dropout; training-mode batch norm normalises each micro-batch by
+    its own statistics). The loss returned is the N micro-batches'; the predictions
+    are the last one's.
     """
+    if accum_steps < 1:
+        raise ValueError(f"accum_steps must be >= 1, got {accum_steps}")
     loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     variables = model.trainable_variables
 
-    def forward_backward(images, labels):
+    def forward_backward(images, labels, count=None, after=None):
+        """(loss, gradients, logits) of one (micro-)batch; ``after``: gradients to wait for."""
+        inputs = normalize(images)
+        if after is not None:
+            inputs = _after(inputs, after)
         with tf.GradientTape() as tape:
-            logits = model(normalize(images), training=True)
-            loss = loss_fn(labels, logits)
+            logits = model(inputs, training=True)
+            loss = loss_fn(labels, logits, count)
             if decayed:
-                loss += l2_penalty(weight_decay, decayed) / strategy.num_replicas_in_sync
+                loss += l2_penalty(weight_decay, decayed) / (
+                    strategy.num_replicas_in_sync * accum_steps)
             scaled = optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled, variables)
+        return loss, tape.gradient(scaled, variables), logits
+
+    def replica_step(micro):
+        """Forward and backward of this replica's micro-batches [(images, labels)]."""
+        if len(micro) == 1:
+            loss, grads, logits = forward_backward(*micro[0])
+        else:
+            count = loss_fn.count(*[labels for _, labels in micro])
+            loss, grads = 0.0, None
+            for images, labels in micro:
+                part, part_grads, logits = forward_backward(
+                    images, labels, count, grads)
+                loss += part
+                grads = part_grads if grads is None else [
+                    a + b for a, b in zip(grads, part_grads)]
         finite = tf.math.is_finite(loss)
         if not loss_scaled:
             finite = tf.reduce_all([finite] + [tf.reduce_all(tf.math.is_finite(g)) for g in grads])
@@ -96,8 +147,10 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
 
     @tf.function(jit_compile=jit_compile)
     def train_step(batch):
-        images, labels = batch
-        loss, bad, grads, predictions = strategy.run(forward_backward, args=(images, labels))
+        micro = [batch] if accum_steps == 1 else list(batch)
+        if len(micro) != accum_steps:
+            raise ValueError(f"the step takes {accum_steps} micro-batches, got {len(micro)}")
+        loss, bad, grads, predictions = strategy.run(replica_step, args=(micro,))
         loss = strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
         # ReduceOp has no MIN: count the replicas with a non-finite value instead.
         finite = strategy.reduce(tf.distribute.ReduceOp.SUM, bad, axis=None) == 0
