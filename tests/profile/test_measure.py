@@ -147,3 +147,15 @@ def test_unknown_variant_is_rejected():
 def test_a_builder_has_no_blocks_to_recompute():
     with pytest.raises(ValueError, match="recompute"):
         SMALL.replace(variant="recompute")
+
+
+@pytest.mark.xdist_group("measure")
+def test_accumulated_micro_batches_take_the_memory_of_one(monkeypatch):
+    """--grad_accum_steps: the measured step takes its N micro-batches (it once fed one
+    batch and failed), and its peak is one micro-batch's, well under one batch of N x B."""
+    monkeypatch.chdir(ROOT)
+    accumulated = measure(SMALL.replace(batch=2, grad_accum_steps=2))
+    whole = measure(SMALL.replace(batch=4))
+    assert accumulated["grad_accum_steps"] == 2
+    peak = "peak_over_base_bytes"
+    assert accumulated[peak] < 0.8 * whole[peak], (accumulated[peak], whole[peak])

@@ -70,6 +70,8 @@ def measure_in_process(config):
     if strategy.num_replicas_in_sync > 1:  # each replica its share of the global batch
         data = tf.data.Dataset.from_tensors(batch)
         batch = next(iter(strategy.experimental_distribute_dataset(data)))
+    if config.run.optim.grad_accum_steps > 1:  # the step takes its micro-batches at once
+        batch = [batch] * config.run.optim.grad_accum_steps
     device = _device()
 
     start = time.perf_counter()
