@@ -187,3 +187,15 @@ def test_a_state_file_naming_a_checkpoint_of_another_name_resumes_from_it(run):
     path, step, kernel, lines = _resume(model_dir)
     assert (path, step, lines) == (str(model_dir / "model.final"), 4, [])
     np.testing.assert_array_equal(kernel, kernels[4])
+
+
+def test_a_state_file_listing_a_rotated_out_checkpoint_is_rewritten_on_resume(run):
+    """A kill between CheckpointManager's first state write and its deletion of the
+    oldest checkpoint leaves the state listing that checkpoint, gone."""
+    model_dir, kernels = run
+    for part in ("index", "data-00000-of-00001"):
+        (model_dir / f"ckpt-2.{part}").unlink()
+    assert _state(model_dir) == ["ckpt-2", "ckpt-4", "ckpt-6"]
+    path, step, kernel, lines = _resume(model_dir)
+    assert (path, step, lines) == (str(model_dir / "ckpt-6"), 6, [])
+    assert _state(model_dir) == ["ckpt-4", "ckpt-6"]

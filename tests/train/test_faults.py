@@ -135,16 +135,17 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_latest(run, tmp_pat
 
 @pytest.mark.slow
 def test_a_double_ctrl_c_in_the_set_up_after_the_resume_saves_nothing_and_loses_nothing(run):
+    """(The run may be out before the second: stopping in set-up takes milliseconds. A
+    second signal in an exit save: tests/train/test_loop.py.)"""
     data_dir, model_dir, before = run
     proc = start_main("--mode=train", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
                       "--train_steps=100000", "--checkpoint_every=3", *TINY_FLAGS)
     wait_for(proc, "resumed from .*ckpt-6 at step 6")
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
+    time.sleep(0.02)  # two pending SIGINTs would merge into one
+    proc.send_signal(signal.SIGINT)  # (a no-op if the run has already stopped)
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == 0 and "Traceback" not in output, output[-3000:]
-    assert "SIGINT again: still stopping after SIGINT" in output
     # Stopped before the first step (nothing to save), or after it (saved there).
     assert re.search(r"SIGINT during set-up: stopped before the first step|SIGINT: saved "
                      r".*ckpt-7 at step 7", output), output[-3000:]
@@ -270,11 +271,25 @@ def test_ten_kills_at_random_moments_and_in_saves_lose_at_most_one_interval_each
             (moment, previous, restored, shown)
         state = tf.train.get_checkpoint_state(str(model_dir))
         assert state or restored == 0  # killed before its first save
+        latest = state.model_checkpoint_path if state else None
         for path in state.all_model_checkpoint_paths if state else ():
-            reader = tf.train.load_checkpoint(path)  # every named checkpoint loads whole
-            for key in reader.get_variable_to_shape_map():
-                reader.get_tensor(key)
+            if path != latest and not os.path.exists(path + ".index"):
+                # Killed between CheckpointManager's state write and its deletion of the
+                # oldest: listed, gone; the next resume lists it no more (checked below).
+                continue
+            _load_whole(path)
     final = _train(data_dir, model_dir, "--checkpoint_every=2", steps=restored + 2)
     assert final.returncode == 0, final.stderr[-2000:]
     assert f"at step {restored}" in final.stdout and restored_step(model_dir) == restored + 2
     assert not [name for name in os.listdir(model_dir) if name.endswith("_temp")]
+    for path in tf.train.get_checkpoint_state(str(model_dir)).all_model_checkpoint_paths:
+        _load_whole(path)
+
+
+def _load_whole(path):
+    """Reads every tensor of the checkpoint ``path`` (raises if any is missing or torn)."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(path)
+    for key in reader.get_variable_to_shape_map():
+        reader.get_tensor(key)

@@ -8,7 +8,9 @@ can leave a truncated ``ckpt-N.index`` that the state file does not name. Resume
 by the state file, so that checkpoint is never read (``--checkpoint=ckpt-N`` on it is
 one line naming it), and the temp folder is removed at the next start
 (``remove_leftovers``). So a kill at any point leaves the latest checkpoint named
-complete: either the new one or the one before (tests/train/test_loop.py kills runs).
+complete: either the new one or the one before. Rotation writes the state file before it
+deletes the oldest checkpoint: a kill in between leaves the state listing it, gone, and
+``resume`` rewrites the list (tests/train/test_faults.py kills runs 10 times).
 """
 
 import glob
@@ -19,7 +21,8 @@ import tensorflow as tf
 
 from tfseg import memory
 from tfseg.errors import InputError
-from tfseg.runtime.files import latest_checkpoint, named_checkpoint, on_disk, step_of, write_state
+from tfseg.runtime.files import (latest_checkpoint, listed_checkpoints, named_checkpoint, on_disk,
+                                 step_of, write_state)
 from tfseg.runtime.state import (DamagedCheckpoint, check_matches, damaged, optimizer_state,
                                  rng_state)
 
@@ -136,10 +139,14 @@ class Checkpoints:
             except DamagedCheckpoint as error:
                 log(f"warning: {error}; trying the one before")
                 continue
-            if path != named and self.chief:
-                # The state file names the restored checkpoint and the readable ones
-                # before it, so that rotation counts them again.
-                older = [p for p in candidates if step_of(p) < step_of(path)]
+            older = [p for p in candidates if step_of(p) < step_of(path)]
+            # CheckpointManager writes the state file, then deletes the oldest checkpoint,
+            # then writes the state again: a kill in between leaves the state listing a
+            # checkpoint that is gone. Rewritten here, as after a fallback, it lists the
+            # restored checkpoint and the ones before it on disk, which rotation counts.
+            gone = [p for p in listed_checkpoints(self.model_dir)
+                    if not tf.io.gfile.exists(p + ".index")]
+            if (path != named or gone) and self.chief:
                 write_state(self.directory, path, older)
                 self._manager = None
             return path

@@ -57,6 +57,16 @@ def named_checkpoint(model_dir):
         logger.setLevel(level)
 
 
+def listed_checkpoints(model_dir):
+    """Every checkpoint the state file of ``model_dir`` lists (the latest last); [] when
+    it is missing or unreadable."""
+    try:
+        state = tf.train.get_checkpoint_state(model_dir)
+    except (tf.errors.OpError, ValueError):  # garbage is handled by the callers
+        return []
+    return list(state.all_model_checkpoint_paths) if state else []
+
+
 def latest_checkpoint(model_dir):
     """``named_checkpoint``, else the newest ``ckpt-N`` on disk; None when there is none."""
     found = on_disk(model_dir)
