@@ -111,3 +111,20 @@ def test_a_bad_init_checkpoint_is_one_line_naming_it(zoo, data_dir, tmp_path, ca
     assert path in lines[0] and "Traceback" not in proc.stderr
     if case == "conflicting flag":  # --middle_repeats given: it wins, and cannot load
         assert "middle" in lines[0], lines[0]
+
+
+@pytest.mark.slow
+def test_predict_with_an_imported_checkpoint_colours_the_reference_models_classes(
+        zoo, data_dir, tmp_path):
+    from tfseg.data import cityscapes
+
+    prefix, model = zoo
+    images = tmp_path / "images"
+    images.mkdir()
+    Image.fromarray(_image(data_dir)).save(images / "frame.png")
+    run_main("--mode=predict", f"--init_checkpoint={prefix}", f"--data_dir={data_dir}",
+             f"--model_dir={tmp_path / 'run'}", f"--input_path={images}",
+             f"--output_dir={tmp_path / 'out'}", *FLAGS)
+    expected = np.argmax(model(normalize(_image(data_dir)[None]), training=False)[0], -1)
+    label = np.asarray(Image.open(tmp_path / "out" / "frame_label.png").convert("RGB"))
+    np.testing.assert_array_equal(label, cityscapes.PALETTE[expected])
