@@ -18,7 +18,7 @@ from tfseg.config import ARCHITECTURE
 from tfseg.errors import InputError
 from tfseg.models import load_research_deeplab, research_deeplab_options
 from tfseg.runtime import files
-from tfseg.runtime.state import checkpoint_keys
+from tfseg.runtime.state import checkpoint_keys, stored
 
 RESEARCH_DEEPLAB, TFSEG = "research/deeplab", "tfseg"
 _RESEARCH_MARK = "xception_65/entry_flow/conv1_1/weights"
@@ -36,22 +36,13 @@ def resolve(path):
             raise InputError(f"--init_checkpoint: no checkpoint in the folder {path}")
     if not tf.io.gfile.exists(prefix + ".index"):
         raise InputError(f"--init_checkpoint: no checkpoint at {path} (no {prefix}.index)")
-    names = {name for name, _ in _list(prefix)}
+    names = set(stored(prefix))
     if _RESEARCH_MARK in names:
         return prefix, RESEARCH_DEEPLAB
     if any(name.startswith("weights/") for name in names):
         return prefix, TFSEG
     raise InputError(f"--init_checkpoint: {prefix} is neither a research/deeplab xception_65 "
                      f"checkpoint (no {_RESEARCH_MARK}) nor a tfseg one (no weights/...)")
-
-
-def _list(prefix):
-    try:
-        return tf.train.list_variables(prefix)
-    except (tf.errors.OpError, ValueError) as error:
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise InputError(f"--init_checkpoint: {prefix} is damaged or unreadable: "
-                         f"{reason}") from None
 
 
 def adapt(config, given=(), log=print):
@@ -86,18 +77,18 @@ def load(model, path, log=print):
         return
     reader = tf.train.load_checkpoint(prefix)
     variables = memory.variables_by_path(model)
-    stored = {key: tuple(shape) for key, shape in _list(prefix)}
+    on_file = stored(prefix)
     assign, skipped = {}, []
     for key, (name, variable) in checkpoint_keys({"weights": variables}).items():
         path_ = name[len("weights/"):]
-        if key not in stored:
+        if key not in on_file:
             raise InputError(f"--init_checkpoint: {prefix} has no weight {path_} (another "
                              f"architecture? --width_multiplier, --middle_repeats, --norm)")
-        if stored[key] != tuple(variable.shape):
+        if on_file[key] != tuple(variable.shape):
             if path_.startswith("logits/"):
                 skipped.append(path_)
                 continue
-            raise InputError(f"--init_checkpoint: {prefix}'s {path_} has shape {stored[key]}, "
+            raise InputError(f"--init_checkpoint: {prefix}'s {path_} has shape {on_file[key]}, "
                              f"the model's {tuple(variable.shape)}")
         assign[key] = variable
     for key, variable in assign.items():
