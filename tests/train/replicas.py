@@ -20,6 +20,7 @@ import tensorflow as tf  # noqa: E402
 
 
 def train(strategy, norm, images, labels, steps=2):
+    """(weights before, weights after, losses) of ``steps`` training steps."""
     from tfseg.runtime import builders
     from tfseg.config import Config
     from tfseg.train.step import PixelLoss, make_train_step
@@ -35,20 +36,23 @@ def train(strategy, norm, images, labels, steps=2):
         model = builders.model(config, 19, norm)
         optimizer = builders.optimizer(config, model)
         step = tf.Variable(0, dtype=tf.int64)
+    start = {v.path: v.numpy() for v in model.weights}
     loss = PixelLoss(config.optim.class_weights)
     train_step = make_train_step(strategy, model, optimizer, loss, step)
     dataset = tf.data.Dataset.from_tensors((images, labels)).repeat(steps)
     losses = [float(train_step(batch)[0]) for batch in strategy.experimental_distribute_dataset(
         dataset)]
-    return {v.path: v.numpy() for v in model.weights}, losses
+    return start, {v.path: v.numpy() for v in model.weights}, losses
 
 
 def compare(norm, images, labels):
     """Max |weight difference| between 1 device and 2 replicas, and the largest update."""
-    one, one_losses = train(tf.distribute.OneDeviceStrategy("/cpu:0"), norm, images, labels)
-    two, two_losses = train(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), norm, images,
-                            labels)
-    start = train(tf.distribute.OneDeviceStrategy("/cpu:0"), norm, images, labels, steps=0)[0]
+    start, one, one_losses = train(tf.distribute.OneDeviceStrategy("/cpu:0"), norm, images,
+                                   labels)
+    two_start, two, two_losses = train(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), norm,
+                                       images, labels)
+    # Both start from the same weights (the same seed), so any difference is the steps'.
+    assert all(np.array_equal(start[k], two_start[k]) for k in start)
     diff = max(float(np.max(np.abs(one[k] - two[k]))) for k in one)
     update = max(float(np.max(np.abs(one[k] - start[k]))) for k in one)
     return dict(max_weight_diff=diff, max_update=update, one=one_losses, two=two_losses)
