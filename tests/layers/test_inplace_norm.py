@@ -4,14 +4,114 @@ import pytest
 import tensorflow as tf
 
 from tfseg.layers import GAMMA_EPSILON, InplaceBatchNormalization, InplaceGroupNormalization
+from tfseg.layers.fused_norm import FUSED_MIN_EPSILON
 from tests.layers.twins import compare, train_step
+
+
+FUSED_OPS = {"FusedBatchNormV3", "FusedBatchNormGradV3"}
+# FUSED_MIN_EPSILON takes the fused kernels; research/deeplab's head epsilon does not.
+EPSILONS = {"fused": 1e-3, "unfused": 1e-5}
+
+
+def step_op_types(layer, x):
+    """The op types of `layer`'s traced training step, forward and backward."""
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+        return tape.gradient(y, [x] + layer.trainable_weights)
+
+    return {op.type for op in step.get_concrete_function(x).graph.get_operations()}
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf_function"])
 @pytest.mark.parametrize("shape", [(2, 9, 11, 16), (3, 5, 7, 8), (1, 13, 1, 4)])
-def test_batch_norm_twin_matches_stock(shape, compiled):
-    compare(keras.layers.BatchNormalization(momentum=0.9), InplaceBatchNormalization(momentum=0.9),
-            shape, compiled)
+@pytest.mark.parametrize("path", ["fused", "unfused"])
+def test_batch_norm_twin_matches_stock(shape, compiled, path):
+    # Output, input and gamma/beta gradients, moving mean and (biased) variance: the
+    # fused kernels' unbiased batch variance is converted back. Measured worst: 2e-7
+    # of each tensor's largest value (8e-7 for dbeta, summed in another order).
+    kwargs = dict(momentum=0.9, epsilon=EPSILONS[path])
+    twin = InplaceBatchNormalization(**kwargs)
+    compare(keras.layers.BatchNormalization(**kwargs), twin, shape, compiled,
+            rtol=1e-5, atol=2e-6)
+    ops = step_op_types(twin, tf.zeros(shape))
+    assert FUSED_OPS <= ops if path == "fused" else not FUSED_OPS & ops
+    assert FUSED_MIN_EPSILON <= EPSILONS["fused"] and EPSILONS["unfused"] < FUSED_MIN_EPSILON
+
+
+@pytest.mark.parametrize("path", ["fused", "unfused"])
+def test_batch_norm_twin_matches_stock_under_xla(path):
+    """XLA compiles both paths (the fused kernels by tf2xla's own lowering) to the
+    stock layer's outputs, gradients and moving statistics."""
+    rng = np.random.RandomState(3)
+    shape = (2, 9, 11, 16)
+    x = tf.constant(rng.randn(*shape).astype("float32") * 2 + 0.5)
+    upstream = tf.constant(rng.randn(*shape).astype("float32"))
+    gamma, beta = rng.randn(2, 16).astype("float32")
+    got = []
+    for cls in (keras.layers.BatchNormalization, InplaceBatchNormalization):
+        layer = cls(momentum=0.9, epsilon=EPSILONS[path])
+        layer.build(shape)
+        layer.gamma.assign(gamma), layer.beta.assign(beta)
+
+        @tf.function(jit_compile=True)
+        def step(layer=layer):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = layer(x, training=True)
+                loss = tf.reduce_sum(y * upstream)
+            return [y] + tape.gradient(loss, [x] + layer.trainable_weights)
+
+        got.append([v.numpy() for v in step()] + [v.numpy() for v in layer.non_trainable_weights])
+    for name, a, b in zip(["y", "dx", "dgamma", "dbeta", "moving mean", "moving variance"], *got):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=2e-6 * np.abs(a).max(), err_msg=name)
+
+
+def test_fused_rebuild_waits_for_the_gradient_by_a_data_edge():
+    """XLA drops control dependencies: the x the gradient kernel gets must depend on
+    the incoming gradient through data edges alone, or XLA may rebuild it in the
+    forward pass and keep it (the memory the twin exists to save)."""
+    layer = InplaceBatchNormalization()
+    shape = (2, 5, 6, 4)
+    layer.build(shape)
+
+    @tf.function
+    def step(x, upstream):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+        return tape.gradient(y, x, output_gradients=upstream)
+
+    spec = tf.TensorSpec(shape, tf.float32)
+    graph = step.get_concrete_function(spec, spec).graph
+    (grad_op,) = [op for op in graph.get_operations() if op.type == "FusedBatchNormGradV3"]
+    upstream = graph.inputs[1].op
+    seen, todo = set(), [grad_op.inputs[1].op]  # x; data inputs only, no control inputs
+    while todo:
+        op = todo.pop()
+        if op not in seen:
+            seen.add(op)
+            todo.extend(t.op for t in op.inputs)
+    assert upstream in seen
+
+
+@pytest.mark.parametrize("case", ["float64", "rank 3", "synchronized"])
+def test_batch_norm_twin_without_the_fused_kernels_matches_stock(case):
+    """The fused kernels take neither float64 nor a cross-replica mean: these keep
+    the unfused path, still output-only."""
+    shape, kwargs, dtype = (2, 9, 11, 16), {}, "float32"
+    if case == "float64":
+        kwargs, dtype = dict(dtype="float64"), "float64"
+    elif case == "rank 3":
+        shape = (3, 7, 8)
+    else:
+        kwargs = dict(synchronized=True)
+    twin = InplaceBatchNormalization(**kwargs)
+    compare(keras.layers.BatchNormalization(**kwargs), twin, shape, compiled=True, dtype=dtype,
+            rtol=1e-5, atol=2e-6)
+    assert not FUSED_OPS & step_op_types(twin, tf.zeros(shape, dtype))
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf_function"])
@@ -68,6 +168,19 @@ def test_batch_norm_twin_under_mixed_bfloat16(mixed_bfloat16):
         keras.layers.BatchNormalization(), InplaceBatchNormalization(), (2, 9, 11, 16),
         compiled=True, dtype="bfloat16", rtol=3e-2, atol=3e-2)
     assert twin_out[0].dtype == tf.bfloat16
+    assert FUSED_OPS <= step_op_types(InplaceBatchNormalization(), tf.zeros((2, 9, 11, 16), "bfloat16"))
+
+
+def test_batch_norm_twin_under_mixed_float16():
+    # The fused kernels take float16 x; y is stored in float16 (~3 significant digits).
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        twin = InplaceBatchNormalization()
+        compare(keras.layers.BatchNormalization(), twin, (2, 9, 11, 16), compiled=True,
+                dtype="float16", rtol=1e-2, atol=1e-2)
+        assert FUSED_OPS <= step_op_types(twin, tf.zeros((2, 9, 11, 16), "float16"))
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
 
 
 def test_group_norm_twin_under_mixed_bfloat16(mixed_bfloat16):

@@ -16,6 +16,11 @@ straight through the clamp, so a gamma near 0 can still grow.
 InPlace-ABN uses |gamma| + eps. That changes every output, which a drop-in twin
 must not do.
 
+Fused kernels: in training, a 4-D float32 / float16 / bfloat16 batch norm of one
+replica runs TF's FusedBatchNormV3 forward and FusedBatchNormGradV3 backward on
+x rebuilt from y (`tfseg.layers.fused_norm`); float64, other ranks, sync BN and
+epsilon < 1.001e-5 keep the unfused ops. Both match the stock layer.
+
 Half precision: y is stored in the compute dtype, so under mixed_bfloat16 the
 rebuilt x_hat carries y's rounding error, about ulp(|y|) / |gamma|. With
 beta = 0 and gamma = 1, gradients are within about 0.5% of stock bf16. Where
@@ -26,6 +31,8 @@ Prefer float32 norms (or `mixed_float16`) for such layers.
 import keras
 import tensorflow as tf
 from keras import ops
+
+from tfseg.layers import fused_norm
 
 GAMMA_EPSILON = 1e-4
 
@@ -47,25 +54,35 @@ def _stat_dtype(dtype):
     return tf.float64 if dtype == tf.float64 else tf.float32
 
 
-def _gated(tensor, gradient):
-    # Without the dependency on the incoming gradient, TF schedules the
-    # reconstruction during the forward pass and keeps its result alive.
+def _gated(tensor, gradient, vector=None):
+    """`tensor` usable only once `gradient` exists; with `vector`, (tensor, vector).
+
+    Without the dependency on the incoming gradient, TF schedules the
+    reconstruction during the forward pass and keeps its result alive. The
+    control dependency orders it in TF; XLA drops control dependencies, so the
+    gradient is also a data input: 0 * one of its elements (XLA does not fold
+    x * 0 for floats: NaN * 0). It is added to `vector` when given (a
+    per-channel tensor that every full-size op of the rebuild reads), which
+    saves the pass over the full-size `tensor` that adding it there costs.
+    """
     with tf.control_dependencies([gradient]):
         gated = tf.identity(tensor)
-    # XLA drops control dependencies, so the gradient is a data input too:
-    # 0 * one of its elements (XLA does not fold x * 0 for floats: NaN * 0).
     flat = tf.reshape(gradient, [-1])
     zero = tf.reduce_sum(flat[: tf.minimum(tf.size(flat), 1)]) * 0
-    return gated + tf.cast(zero, gated.dtype)
+    if vector is None:
+        return gated + tf.cast(zero, gated.dtype)
+    return gated, vector + tf.cast(zero, vector.dtype)
 
 
 def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_epsilon=GAMMA_EPSILON):
     """Training-mode batch norm over all axes but the last, keeping only y.
 
-    Returns (y in x.dtype, batch mean, batch variance); statistics are float32
-    (float64 for float64 x).
+    Returns (y in x.dtype, batch mean, biased batch variance); statistics are
+    float32 (float64 for float64 x). Where TF's fused kernels apply
+    (`fused_norm.supports`), both passes run in them.
     """
     axes = list(range(len(x.shape) - 1))
+    fused = fused_norm.supports(x, epsilon, synchronized)
     dtype = _stat_dtype(x.dtype)
     # Read outside `backward`: a closure over x would keep it alive on an eager tape.
     x_dtype, gamma_dtype, beta_dtype = x.dtype, gamma.dtype, beta.dtype
@@ -74,17 +91,27 @@ def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_eps
     def forward(x, gamma, beta):
         # stop_gradient: in eager mode the ops in here would otherwise be recorded
         # on the outer tape and keep x alive.
-        x32 = tf.cast(tf.stop_gradient(x), dtype)
         g = _guard(tf.cast(tf.stop_gradient(gamma), dtype), gamma_epsilon)
         b = tf.cast(tf.stop_gradient(beta), dtype)
-        mean, variance = ops.moments(x32, axes=axes, synchronized=synchronized)
-        y = ops.batch_normalization(x32, mean, variance, axis=-1, offset=b, scale=g, epsilon=epsilon)
+        if fused:
+            y, mean, variance, reserve = fused_norm.forward(tf.stop_gradient(x), g, b, epsilon)
+        else:
+            x32 = tf.cast(tf.stop_gradient(x), dtype)
+            mean, variance = ops.moments(x32, axes=axes, synchronized=synchronized)
+            y = ops.batch_normalization(x32, mean, variance, axis=-1, offset=b, scale=g,
+                                        epsilon=epsilon)
         y = tf.cast(y, x.dtype)
         inv_std = tf.math.rsqrt(variance + epsilon)
 
         def backward(dy, *_):
+            if fused:  # x rebuilt from y for the gradient kernel
+                y_gated, k = _gated(y, dy, fused_norm.rebuild_scale(g, variance, epsilon))
+                x_again = fused_norm.rebuild_input(y_gated, k, mean, b)
+                dx, dgamma, dbeta = fused_norm.backward(dy, x_again, g, reserve, epsilon)
+                return dx, tf.cast(dgamma, gamma_dtype), tf.cast(dbeta, beta_dtype)
             dy32 = tf.cast(dy, dtype)
-            x_hat = (tf.cast(_gated(y, dy), dtype) - b) / g
+            y_gated, b_gated = _gated(y, dy, b)
+            x_hat = (tf.cast(y_gated, dtype) - b_gated) / g
             sum_dy = tf.reduce_sum(dy32, axes)
             sum_dy_xhat = tf.reduce_sum(dy32 * x_hat, axes)
             count = tf.cast(tf.reduce_prod(tf.shape(dy32)[:-1]), dtype)
@@ -152,7 +179,8 @@ def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_E
 
         def backward(dy):
             dyg = grouped(tf.cast(dy, dtype))
-            x_hat = (grouped(tf.cast(_gated(y, dy), dtype)) - b) / g
+            y_gated, b_gated = _gated(y, dy, b)
+            x_hat = (grouped(tf.cast(y_gated, dtype)) - b_gated) / g
             batch_and_spatial = [0] + spatial_axes
             dbeta = tf.reduce_sum(dyg, batch_and_spatial)
             dgamma = tf.reduce_sum(dyg * x_hat, batch_and_spatial)
