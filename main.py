@@ -51,8 +51,26 @@ def _exit_if_stopped(finished=True):
 def run_train(config):
     from tfseg.train import loop
 
-    loop.train(config, stop=STOP)
+    record = None
+    if config.run.memory_budget_gb:
+        config, record = _memory_plan(config)
+        _exit_if_stopped(finished=False)  # a signal while planning: nothing trained yet
+    loop.train(config, stop=STOP, record=record)
     _exit_if_stopped()
+
+
+def _memory_plan(config):
+    """The run with the fastest plan that fits --memory_budget_gb (printed), and the
+    plan for its config.json."""
+    import tensorflow as tf
+
+    from tfseg import plan
+    from tfseg.evaluation.loading import num_classes
+
+    has_gpu = bool(tf.config.list_physical_devices("GPU"))
+    config, choice = plan.plan_run(config, num_classes(config), has_gpu)
+    print(choice.line(), flush=True)
+    return config, {"memory_plan": choice.to_dict()}
 
 
 def run_eval(config):
@@ -117,8 +135,11 @@ def run_report(config):
     result = report.run(
         report.ReportConfig(
             step=step,
+            variants=run.report_variants,
             repeats=run.report_repeats,
             memory_budget_gb=run.memory_budget_gb or None,
+            frontier=True,
+            device_overhead_gb=run.device_overhead_gb,
             recompute_blocks=config.model.recompute or None,
             verify_plan=run.report_verify_seconds > 0,
             max_verify_seconds=run.report_verify_seconds,

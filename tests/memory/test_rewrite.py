@@ -178,6 +178,24 @@ def test_built_model_with_recompute_equals_rewrite_of_stock(float64):
     assert_same_training_step(stock, built, images, compiled=False)
 
 
+@pytest.mark.parametrize("output_stride", [8, 16, 32])
+def test_recomputing_the_head_and_single_middle_units_is_exact(output_stride, float64):
+    # The budget planner's finer segments: one middle unit, ASPP up to its
+    # projection (the dropout stays outside) and the decoder's separable convs.
+    kwargs = dict(dropout=0.0, output_stride=output_stride, **TINY)
+    stock = deeplab_v3_plus(5, **kwargs)
+    built = deeplab_v3_plus(5, memory_saving=True, recompute=("middle_unit2", "aspp", "decoder"),
+                            **kwargs)
+    assert [l.name for l in built.layers if isinstance(l, Recompute) and l.tail is None] == [
+        "middle_unit2", "aspp", "decoder"]
+    assert {l.name for l in built.get_layer("aspp").block.layers} >= {
+        "aspp_pool", "aspp_conv1x1", "aspp_projection_relu"}
+    assert "aspp_dropout" not in {l.name for l in built.get_layer("aspp").block.layers}
+    memory.copy_weights(memory.rewrite(stock), built)
+    images = np.random.RandomState(0).uniform(-1, 1, (2, H, W, 3))
+    assert_same_training_step(stock, built, images, compiled=False)
+
+
 def test_recompute_refuses_a_block_whose_inside_is_used_elsewhere():
     # Entry block 2's second separable conv feeds the decoder.
     stock = deeplab_v3_plus(5, **TINY)

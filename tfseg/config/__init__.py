@@ -16,12 +16,14 @@ Validation messages name the flag (``--crop_size: ...``).
 """
 
 from tfseg.config.config import Config, flag_table, parse_list
-from tfseg.config.names import (ARCHITECTURE, DATASETS, DTYPE_POLICIES, EVAL_MODES, MODES,
-                                NORMS, RECOMPUTE_BLOCKS, RESIZE_MODES, STRATEGIES,
-                                WEIGHT_DECAY_TYPES, crop_ok, setting)
+from tfseg.config.names import (ARCHITECTURE, DATASETS, DTYPE_POLICIES, EVAL_MODES,
+                                MEMORY_ANCHORS, MODES, NORMS, RECOMPUTE_BLOCKS, RECOMPUTE_HEAD,
+                                REPORT_VARIANTS, RESIZE_MODES, STRATEGIES, WEIGHT_DECAY_TYPES,
+                                crop_ok, recompute_names, setting, unit_name)
 from tfseg.config.sections import SECTIONS, Data, Eval, Model, Optim, Run
 
 __all__ = ["ARCHITECTURE", "Config", "flag_table", "parse_list", "DATASETS", "DTYPE_POLICIES",
-           "EVAL_MODES", "MODES", "NORMS", "RECOMPUTE_BLOCKS", "RESIZE_MODES", "STRATEGIES",
-           "WEIGHT_DECAY_TYPES", "crop_ok", "setting", "SECTIONS", "Data", "Eval", "Model",
-           "Optim", "Run"]
+           "EVAL_MODES", "MEMORY_ANCHORS", "MODES", "NORMS", "RECOMPUTE_BLOCKS",
+           "RECOMPUTE_HEAD", "REPORT_VARIANTS", "RESIZE_MODES", "STRATEGIES",
+           "WEIGHT_DECAY_TYPES", "crop_ok", "recompute_names", "setting", "unit_name",
+           "SECTIONS", "Data", "Eval", "Model", "Optim", "Run"]

@@ -15,11 +15,30 @@ ARCHITECTURE = ("dataset", "width_multiplier", "middle_repeats", "norm", "head_e
                 "resize")
 # Bilinear resize conventions: tf.image.resize's, and TF1's (research/deeplab's).
 RESIZE_MODES = ("half_pixel", "align_corners")
+# What --recompute can name: whole backbone blocks (every unit of "middle"), single
+# middle units (``unit_name("middle", k)``) and the two head segments.
 RECOMPUTE_BLOCKS = ("entry_block1", "entry_block3", "middle", "exit_block1", "exit_block2")
+RECOMPUTE_HEAD = ("aspp", "decoder")
+# What a Keras user would use instead of the twins (tfseg.profile.anchors), which the
+# report and the benchmark can measure beside tfseg's own variants.
+MEMORY_ANCHORS = ("keras_remat_full", "keras_remat_activations", "keras_remat_larger_than",
+                  "keras_remat_list_of_layers", "tf_recompute_grad")
+REPORT_VARIANTS = ("stock", "memory_saving", "recompute") + MEMORY_ANCHORS
 STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 EVAL_MODES = ("whole", "sliding", "multiscale")
 WEIGHT_DECAY_TYPES = ("l2", "decoupled")
+
+
+def unit_name(block, k):
+    """The name of unit `k` (from 1) of a repeated backbone block: "middle_unit3"."""
+    return f"{block}_unit{k}"
+
+
+def recompute_names(middle_repeats):
+    """Everything --recompute accepts for a backbone with `middle_repeats` middle units."""
+    units = tuple(unit_name("middle", k) for k in range(1, middle_repeats + 1))
+    return RECOMPUTE_BLOCKS + units + RECOMPUTE_HEAD
 
 
 def setting(default, help, flag=None, items=None):

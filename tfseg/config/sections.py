@@ -4,8 +4,9 @@ import dataclasses
 from typing import Tuple
 
 from tfseg.config.names import (DATASETS, DTYPE_POLICIES, EVAL_MODES, MODES, NORMS,
-                                RECOMPUTE_BLOCKS, RESIZE_MODES, STRATEGIES, WEIGHT_DECAY_TYPES,
-                                check, one_of, setting)
+                                RECOMPUTE_BLOCKS, RECOMPUTE_HEAD, REPORT_VARIANTS, RESIZE_MODES,
+                                STRATEGIES, WEIGHT_DECAY_TYPES, check, one_of, recompute_names,
+                                setting, unit_name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +62,10 @@ class Model:
     middle_repeats: int = setting(2, "Middle-flow units (16 = full).")
     dropout: float = setting(0.1, "Dropout after the ASPP projection.")
     memory_saving: bool = setting(False, "Fused ReLU+depthwise, output-only norms.")
-    recompute: Tuple[str, ...] = setting((), "Backbone blocks to recompute, e.g. middle.",
-                                         items=(str, None))
+    recompute: Tuple[str, ...] = setting(
+        (), "Segments to recompute in the backward pass: backbone blocks (entry_block1, "
+        "entry_block3, middle, exit_block1, exit_block2), single middle units (middle_unit3) "
+        "or the head's aspp and decoder. --memory_budget_gb chooses them.", items=(str, None))
     # research/deeplab's conventions are head_epsilon=1e-5 and resize=align_corners; a
     # config.json saved before these settings gets today's defaults, the same model.
     head_epsilon: float = setting(1e-3, "Norm epsilon of the ASPP and decoder (the backbone "
@@ -83,9 +86,11 @@ class Model:
         check(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         check(self.head_epsilon > 0, "head_epsilon", f"must be > 0, got {self.head_epsilon}")
         one_of(self.resize, RESIZE_MODES, "resize")
+        names = recompute_names(self.middle_repeats)
         for block in self.recompute:
-            check(block in RECOMPUTE_BLOCKS, "recompute",
-                  f"unknown block {block!r}; choose from {', '.join(RECOMPUTE_BLOCKS)}")
+            check(block in names, "recompute", f"unknown segment {block!r}; choose from "
+                  f"{', '.join(RECOMPUTE_BLOCKS + RECOMPUTE_HEAD)} or "
+                  f"{unit_name('middle', 1)}..{unit_name('middle', self.middle_repeats)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,12 +213,25 @@ class Run:
     input_path: str = setting("", "predict: an image file or a folder of images.")
     output_dir: str = setting("", "predict: output folder (default: MODEL_DIR/predictions).")
     export_dir: str = setting("", "export: output folder (default: MODEL_DIR/export).")
-    memory_budget_gb: float = setting(0.0, "report: plan the largest batch and crop that fit "
-                                      "this budget (0: skip).")
+    memory_budget_gb: float = setting(
+        0.0, "The card's memory in GiB (2^30 bytes). train: run the fastest plan (stock, "
+        "--memory_saving, then --recompute segments) whose step fits it, less "
+        "--device_overhead_gb; report: also plan the largest batch and crop (0: off).")
+    device_overhead_gb: float = setting(
+        -1.0, "GiB of the card outside TF's allocator (CUDA context, cuDNN/cuBLAS "
+        "workspaces), taken off --memory_budget_gb; -1: 0 on the CPU, 0.8 on a GPU.")
+    verify_plan: bool = setting(True, "train with --memory_budget_gb: measure one step of a "
+                                "plan predicted within 15% of the budget before using it.")
     report_verify_seconds: float = setting(300.0, "report: skip a plan-verification run "
                                            "estimated to take longer (0: verify nothing, "
                                            "only predict).")
     report_dir: str = setting("", "report: output folder (default: MODEL_DIR/report).")
+    report_variants: Tuple[str, ...] = setting(
+        ("stock", "memory_saving", "recompute"), "report: what to measure side by side: "
+        "stock, memory_saving, recompute, and what a Keras user would use instead: "
+        "keras_remat_full, keras_remat_activations, keras_remat_larger_than, "
+        "keras_remat_list_of_layers (keras.RematScope's modes; the last on --recompute's "
+        "segments) and tf_recompute_grad (on the same segments).", items=(str, None))
     report_repeats: int = setting(3, "report: fresh processes per variant (the median is "
                                   "reported).")
     tfrecord_dir: str = setting("", "convert: output folder (default: DATA_DIR/tfrecords).")
@@ -231,6 +249,10 @@ class Run:
         check(self.eval_every >= 0, "eval_every", "must be >= 0 (0: no evaluation in training)")
         check(self.num_summary_images >= 0, "num_summary_images", "must be >= 0")
         check(self.memory_budget_gb >= 0, "memory_budget_gb", "must be >= 0")
+        check(self.device_overhead_gb >= 0 or self.device_overhead_gb == -1,
+              "device_overhead_gb", "must be >= 0, or -1 (the device's default)")
+        for name in self.report_variants:
+            one_of(name, REPORT_VARIANTS, "report_variants")
         check(self.report_verify_seconds >= 0, "report_verify_seconds", "must be >= 0")
         # Keras compiles only the replica step, never strategy.run with apply_gradients
         # inside tf.cond; that combination is untested here (no multi-GPU machine).

@@ -11,7 +11,7 @@ log = logging.getLogger("tfseg.memory")
 
 
 def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
-            inplace_norm=True, lean_dilated=True, recompute=None):
+            inplace_norm=True, lean_dilated=True, recompute=None, recompute_layer=Recompute):
     """Returns a new functional model with the memory-saving twins and the same weights.
 
     Args:
@@ -32,6 +32,9 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         `LeanDepthwiseConv2D`, which does not keep a space-to-batch copy.
       recompute: a sequence of `Segment`s to wrap in `Recompute`. Inside them the
         other rewrites apply, but no separable fusion.
+      recompute_layer: the layer class that wraps each segment, called as
+        `recompute_layer(block, name=...)` (default `Recompute`); another is for
+        comparisons, e.g. `tfseg.profile.anchors.RecomputeGrad` (tf.recompute_grad).
 
     Everything else is rebuilt from its config unchanged. What was rewritten is
     logged on the "tfseg.memory" logger; `plan()` returns it without building.
@@ -57,7 +60,10 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         last = nodes[-1] if tail is not None else end
         out = run(nodes, {id(start): block_input}, outer=False)[id(last.outputs[0])]
         tail = None if tail is None else twin(tail.operation)
-        return Recompute(keras.Model(block_input, out, name=f"{name}_block"), tail=tail, name=name)
+        block = keras.Model(block_input, out, name=f"{name}_block")
+        if tail is None:  # a segment
+            return recompute_layer(block, name=name)
+        return Recompute(block, tail=tail, name=name)
 
     def run(nodes, tensors, outer=True):
         for node in nodes:

@@ -1,6 +1,6 @@
 """tfseg models: DeepLabv3+ with an aligned Xception-65 backbone, and research/deeplab import."""
 
-from tfseg.models.deeplab import deeplab_v3_plus, normalize, part_of
+from tfseg.models.deeplab import deeplab_v3_plus, normalize, part_of, segment_of
 from tfseg.models.freeze import freeze_norms
 from tfseg.models.policy import LayerPolicy
 from tfseg.models.research_deeplab import (REFERENCE_CONVENTIONS, ImportReport,
@@ -20,6 +20,7 @@ __all__ = [
     "load_research_deeplab",
     "normalize",
     "part_of",
+    "segment_of",
     "research_deeplab_options",
     "xception65",
     "xception_features",

@@ -5,8 +5,8 @@ import dataclasses
 import keras
 
 from tfseg import memory
-from tfseg.config import RESIZE_MODES
-from tfseg.layers import ResizeLike
+from tfseg.config import RECOMPUTE_HEAD, RESIZE_MODES
+from tfseg.layers import Recompute, ResizeLike
 from tfseg.models import aspp as aspp_lib
 from tfseg.models import backbone as backbone_lib
 from tfseg.models import decoder as decoder_lib
@@ -31,6 +31,7 @@ def deeplab_v3_plus(
     head_epsilon=None,
     resize="half_pixel",
     freeze_batch_norm=False,
+    recompute_layer=None,
     name="deeplab_v3_plus",
 ):
     """DeepLabv3+ (Chen et al. 2018, https://arxiv.org/abs/1802.02611).
@@ -56,12 +57,16 @@ def deeplab_v3_plus(
         keep only their input), placed by `tfseg.memory.rewrite` on the whole
         model, backbone included, so a rewritten stock model and this one are
         the same. Same variable paths, so weights load either way.
-      recompute: None, or Xception-65 block names (e.g. ("middle",) or
-        ("entry_block1", "middle", "exit_block1")) whose units keep only their
-        input and run again in the backward pass (`tfseg.layers.Recompute`).
-        "entry_block2" cannot be recomputed: the decoder uses its inside. A
-        ValueError with a backbone: pass your own `tfseg.memory.Segment`s to
-        `tfseg.memory.rewrite` instead.
+      recompute: None, or segments that keep only their input and run again in
+        the backward pass (`tfseg.layers.Recompute`): Xception-65 block names
+        (e.g. ("middle",) or ("entry_block1", "middle", "exit_block1")), each of
+        whose units is a segment, single units ("middle_unit3"), and the head's
+        "aspp" (up to its projection, before the dropout) and "decoder" (its two
+        separable convs). "entry_block2" cannot be recomputed: the decoder uses
+        its inside. With a backbone only the head's: pass your own
+        `tfseg.memory.Segment`s to `tfseg.memory.rewrite` for the backbone's.
+      recompute_layer: the layer that wraps each `recompute` segment (None:
+        `tfseg.layers.Recompute`); see `tfseg.memory.rewrite`.
       policy: a full `LayerPolicy`; overrides `norm`.
       backbone: None for the aligned Xception-65, built here. Or any functional
         `keras.Model` with one image input [N, H, W, C] and a dict output with the
@@ -135,9 +140,11 @@ def deeplab_v3_plus(
                          dtype=keras.config.dtype_policy().variable_dtype)([logits, inputs])
     model = keras.Model(inputs, outputs, name=name)
     if memory_saving or recompute:
-        segments = ()  # a backbone's recompute was refused above
-        if backbone is None:
-            segments = xception.recompute_segments(features, recompute or (), middle_repeats)
+        recompute = tuple(recompute or ())
+        segments = head_segments(model, features, recompute)
+        if backbone is None:  # a backbone's own names were refused above
+            body = tuple(n for n in recompute if n not in RECOMPUTE_HEAD)
+            segments = xception.recompute_segments(features, body, middle_repeats) + segments
         model = memory.rewrite(
             model,
             fuse_separable=memory_saving,
@@ -146,6 +153,7 @@ def deeplab_v3_plus(
             inplace_norm=memory_saving,
             lean_dilated=memory_saving,
             recompute=segments,
+            recompute_layer=recompute_layer or Recompute,
         )
     if freeze_batch_norm:
         # After the rewrite, so the twins and the norms inside Recompute blocks are frozen too.
@@ -156,9 +164,10 @@ def deeplab_v3_plus(
 def _backbone_features(backbone, output_stride, input_shape, middle_repeats, recompute):
     """(image, features, output stride) of a passed backbone; refuses the
     Xception-65-only options, which would otherwise be silently ignored."""
-    if recompute:
+    body = [name for name in recompute or () if name not in RECOMPUTE_HEAD]
+    if body:
         raise ValueError(
-            f"recompute={recompute!r} names Xception-65 blocks, and backbone "
+            f"recompute={body!r} names Xception-65 blocks, and backbone "
             f"{backbone.name!r} is not the built-in Xception-65 (backbone=None); to "
             f"recompute parts of another backbone, pass tfseg.memory.Segment(name, "
             f"start_layer, end_layer)s to tfseg.memory.rewrite")
@@ -175,6 +184,19 @@ def _backbone_features(backbone, output_stride, input_shape, middle_repeats, rec
     return image, features, stride
 
 
+def head_segments(model, features, names):
+    """The `tfseg.memory.Segment`s of the head named in `names`: "aspp" runs from
+    the backbone's output to the ASPP projection (the dropout after it draws a new
+    mask each run, so it stays outside), "decoder" from the concatenation to its
+    last separable conv (the logits conv after it is small)."""
+    producer = lambda t: t._keras_history.operation.name  # noqa: E731
+    ends = {
+        "aspp": (producer(features["out"]), producer(model.get_layer("aspp_dropout").input)),
+        "decoder": ("decoder_concat", producer(model.get_layer("logits").input)),
+    }
+    return [memory.Segment(name, *ends[name]) for name in RECOMPUTE_HEAD if name in names]
+
+
 def part_of(layer_name, middle_repeats=None, specs=xception.XCEPTION65):
     """The part of DeepLabv3+ a layer belongs to, for memory reports.
 
@@ -189,6 +211,20 @@ def part_of(layer_name, middle_repeats=None, specs=xception.XCEPTION65):
     for prefix, part in owners:
         if layer_name == prefix or layer_name.startswith(prefix + "_"):
             return part
+    return ""
+
+
+def segment_of(layer_name, middle_repeats=None, specs=xception.XCEPTION65):
+    """The recompute segment (a `--recompute` name) a layer is in, "" for none: the
+    unit of a recomputable block ("entry_block1", "middle_unit3"), "aspp" or
+    "decoder" (its separable convs), for the budget planner's costs. Names are
+    matched as `part_of` matches them: prefixes this package gave its layers."""
+    owners = [(unit, unit) for spec in specs if spec.name in xception.RECOMPUTABLE
+              for unit in xception.unit_names(spec, middle_repeats)]
+    owners += [("aspp", "aspp"), ("decoder_conv1", "decoder"), ("decoder_conv2", "decoder")]
+    for prefix, segment in owners:
+        if layer_name == prefix or layer_name.startswith(prefix + "_"):
+            return segment
     return ""
 
 

@@ -9,7 +9,7 @@ import dataclasses
 
 import keras
 
-from tfseg.config import RECOMPUTE_BLOCKS
+from tfseg.config import RECOMPUTE_BLOCKS, unit_name
 from tfseg.memory import Segment
 from tfseg.models import policy as policy_lib
 
@@ -95,25 +95,28 @@ def unit_names(spec, middle_repeats=None):
     """The names of a block's units: "entry_block1", or "middle_unit1", ..."""
     if spec.repeats == 1:
         return [spec.name]
-    return [f"{spec.name}_unit{k + 1}" for k in range(middle_repeats or spec.repeats)]
+    return [unit_name(spec.name, k + 1) for k in range(middle_repeats or spec.repeats)]
 
 
-def recompute_segments(features, blocks, middle_repeats=None, specs=XCEPTION65):
-    """`tfseg.memory.Segment`s for every unit of the named blocks (e.g. ("middle",)).
+def recompute_segments(features, names, middle_repeats=None, specs=XCEPTION65):
+    """`tfseg.memory.Segment`s for every unit of the named blocks (e.g. ("middle",))
+    and for the named units (e.g. ("middle_unit3",)).
 
     `features` is the dict from `xception_features`. Each segment runs from the
-    previous unit's output to this unit's output. Only `RECOMPUTABLE` blocks
-    can be: others raise a ValueError naming them.
+    previous unit's output to this unit's output. Only the units of
+    `RECOMPUTABLE` blocks can be: other names raise a ValueError naming them.
     """
-    bad = [block for block in blocks if block not in RECOMPUTABLE]
+    units = {spec.name: unit_names(spec, middle_repeats) for spec in specs}
+    allowed = set(RECOMPUTABLE) | {u for block in RECOMPUTABLE for u in units.get(block, ())}
+    bad = [name for name in names if name not in allowed]
     if bad:
         raise ValueError(
             f"recompute: cannot recompute {bad}; recomputable blocks: {list(RECOMPUTABLE)}")
     producer = lambda t: t._keras_history.operation.name  # noqa: E731
     previous, segments = features["stem"], []
     for spec in specs:
-        for name in unit_names(spec, middle_repeats):
-            if spec.name in blocks:
+        for name in units[spec.name]:
+            if spec.name in names or name in names:
                 segments.append(Segment(name, producer(previous), producer(features[name])))
             previous = features[name]
     return segments

@@ -23,7 +23,7 @@ import keras
 import tensorflow as tf
 
 from tfseg.profile.simulate import inter_op_threads, simulate
-from tfseg.profile.step_graph import live_ops, nbytes, owner
+from tfseg.profile.step_graph import live_ops, nbytes, op_seconds, owner
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +49,35 @@ def _layer_of(op_name, layer_names):
     return ""
 
 
+def _forward_ops(loss):
+    """The names of the ops the loss depends on: the forward pass."""
+    forward, stack = set(), [owner(loss).op]
+    while stack:
+        op = stack.pop()
+        if op.name not in forward:
+            forward.add(op.name)
+            stack.extend(t.op for t in op.inputs)
+    return forward
+
+
+def segment_costs(step_graph, loss, kept, layer_names, segment_of):
+    """What recomputing each segment would save and cost, for the budget planner:
+    {segment: {"kept_bytes", "forward_seconds"}}: the bytes of the buffers its
+    layers keep for the backward pass (`kept`, from `kept_tensors`) and the
+    estimated seconds of its forward ops (`op_seconds`), which a recompute runs
+    again. `segment_of(layer name)` is the segment, "" for none."""
+    costs = collections.defaultdict(lambda: {"kept_bytes": 0, "forward_seconds": 0.0})
+    for item in kept:
+        if segment_of(item.layer):
+            costs[segment_of(item.layer)]["kept_bytes"] += item.bytes
+    forward = _forward_ops(loss)
+    for op in step_graph.get_operations():
+        segment = segment_of(_layer_of(op.name, layer_names)) if op.name in forward else ""
+        if segment:
+            costs[segment]["forward_seconds"] += op_seconds(op)
+    return dict(costs)
+
+
 def kept_tensors(step_graph, loss, layer_names):
     """Lists the forward buffers that the backward pass and update read.
 
@@ -57,13 +86,7 @@ def kept_tensors(step_graph, loss, layer_names):
       loss: the loss tensor in that graph (before any control-dependency Identity).
       layer_names: names of the model's layers, to attribute each buffer.
     """
-    loss = owner(loss)
-    forward, stack = set(), [loss.op]
-    while stack:
-        op = stack.pop()
-        if op.name not in forward:
-            forward.add(op.name)
-            stack.extend(t.op for t in op.inputs)
+    forward = _forward_ops(loss)
     live = live_ops(step_graph)
     kept = {}
     for op in step_graph.get_operations():
@@ -127,7 +150,8 @@ def _state(graph, model):
     return trainable + frozen + extra, sum(extra)
 
 
-def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None):
+def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None,
+                   segment_of=None):
     """Static accounting of a traced training step, and a static peak estimate.
 
     Args:
@@ -142,6 +166,9 @@ def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None
       extra_batches: more batch sizes to estimate the peak at: the step is traced
         for them (not run), e.g. for the slope of memory over the batch.
       workers: inter-op threads to simulate (default: this process's).
+      segment_of: layer name -> recompute segment ("" for none): adds
+        `segment_costs` as "segments" and the whole step's estimated seconds
+        (`op_seconds` of every op that runs) as "estimated_step_seconds".
 
     Returns a dict: the kept tensors by part, the parameter and gradient bytes,
     `optimizer_state_bytes` (the variables the step reads besides the model's:
@@ -168,7 +195,14 @@ def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None
                 lambda a: tf.TensorSpec((extra,) + tuple(a.shape[1:]), a.dtype), args)
             traced = step_fn.get_concrete_function(*specs).graph
             by_batch[extra] = simulate(traced, state, workers).peak_bytes
+    costs = {}
+    if segment_of is not None:
+        live = live_ops(graph)
+        costs = {"segments": segment_costs(graph, graph.outputs[0], kept, names, segment_of),
+                 "estimated_step_seconds": sum(op_seconds(op) for op in graph.get_operations()
+                                               if op.name in live)}
     return {
+        **costs,
         "kept_bytes": sum(k.bytes for k in kept),
         "kept_by_part": summarize(kept, lambda k: part(k.layer)),
         "largest_kept_bytes": max((k.bytes for k in kept), default=0),

@@ -40,10 +40,12 @@ import dataclasses
 import gc
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import traceback
 
 from tfseg.profile.step import StepConfig, build_step, describe_optimizer
 
@@ -54,14 +56,24 @@ def _device():
     return "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
 
 
-def measure_in_process(config):
-    """Measures `config` in this process; returns a dict of results."""
-    import keras
+def _analyze(config, step, batch, model):
+    """`tfseg.profile.analysis.step_breakdown` of the traced step, with the recompute
+    segments' costs (the budget planner's)."""
+    from tfseg.models import part_of, segment_of
+    from tfseg.profile.analysis import step_breakdown
+
+    repeats = config.run.model.middle_repeats
+    return step_breakdown(step, (batch,), model, lambda name: part_of(name, repeats),
+                          extra_batches=tuple(config.analyze_batches),
+                          segment_of=lambda name: segment_of(name, repeats))
+
+
+def _batch(config, strategy):
+    """The fixed random batch of `config` (its micro-batches with --grad_accum_steps),
+    as the step takes it."""
     import numpy as np
     import tensorflow as tf
 
-    keras.utils.set_random_seed(0)
-    strategy, model, optimizer, step = build_step(config)
     rng = np.random.RandomState(0)
     shape = (config.batch, config.height, config.width)
     images = tf.constant(rng.randint(0, 256, shape + (3,)).astype("uint8"))  # as the input's
@@ -72,6 +84,47 @@ def measure_in_process(config):
         batch = next(iter(strategy.experimental_distribute_dataset(data)))
     if config.run.optim.grad_accum_steps > 1:  # the step takes its micro-batches at once
         batch = [batch] * config.run.optim.grad_accum_steps
+    return batch
+
+
+def estimate_in_process(config):
+    """The static estimate of `config`'s step, which is traced, never run: the
+    analysis, and as base and peak its estimates (base: weights, optimizer state
+    and the batch; peak: `tfseg.profile.simulate`'s)."""
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    strategy, model, optimizer, step = build_step(config)
+    batch = _batch(config, strategy)
+    start = time.perf_counter()
+    analysis = _analyze(config, step, batch, model)
+    inputs = sum(t.shape.num_elements() * t.dtype.size for t in tf.nest.flatten(batch))
+    return {
+        **config.record(),
+        "analysis": analysis,
+        "estimated": True,
+        "device": _device(),
+        "parameters": int(model.count_params()),
+        "base_bytes": analysis["parameter_bytes"] + analysis["optimizer_state_bytes"] + inputs,
+        "peak_over_base_bytes": analysis["estimated_peak_bytes"],
+        "analysis_seconds": time.perf_counter() - start,
+        "replicas": strategy.num_replicas_in_sync,
+    }
+
+
+def measure_in_process(config):
+    """Measures `config` in this process; returns a dict of results (the static
+    estimate alone when `config.run_steps` is False)."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    if not config.run_steps:
+        return estimate_in_process(config)
+    keras.utils.set_random_seed(0)
+    strategy, model, optimizer, step = build_step(config)
+    batch = _batch(config, strategy)
     device = _device()
 
     start = time.perf_counter()
@@ -89,18 +142,13 @@ def measure_in_process(config):
         peaks.append(int(tf.config.experimental.get_memory_info(device)["peak"] - base))
         loss = value if loss is None else loss
         applied.append(bool(finite))
-    analysis, start = None, time.perf_counter()
-    if config.analyze:
-        from tfseg.models import part_of
-        from tfseg.profile.analysis import step_breakdown
-
-        part = lambda name: part_of(name, config.run.model.middle_repeats)  # noqa: E731
-        analysis = step_breakdown(step, (batch,), model, part,
-                                  extra_batches=tuple(config.analyze_batches))
+    start = time.perf_counter()
+    analysis = _analyze(config, step, batch, model) if config.analyze else None
     analysis_seconds = time.perf_counter() - start
     return {
         **config.record(),
         "analysis": analysis,
+        "estimated": False,
         "device": device,
         "parameters": int(model.count_params()),
         "base_bytes": int(base),
@@ -191,6 +239,14 @@ def main(argv):
     except tf.errors.ResourceExhaustedError as e:
         print(f"out of memory: {e.message.splitlines()[0]}", file=sys.stderr)
         sys.exit(OUT_OF_MEMORY_EXIT)
+    except Exception as error:
+        # The traceback, then the error on one last line: `measure` reports that line.
+        traceback.print_exc()
+        # Keras ends its messages with the call's arguments, and TF starts them with the
+        # user-code trace: keep the end of the message proper.
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).split("Arguments received by")[0]
+        print(f"{type(error).__name__}: ...{' '.join(text.split())[-300:]}", file=sys.stderr)
+        sys.exit(1)
     print(json.dumps(result))
 
 

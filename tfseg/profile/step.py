@@ -14,7 +14,7 @@ from tfseg.train import loop
 VARIANTS = ("stock", "memory_saving", "recompute")
 # Not settings of the run: what is measured, and how.
 _OWN = ("variant", "num_classes", "recompute_blocks", "timed_steps", "analyze",
-        "analyze_batches", "builder")
+        "analyze_batches", "builder", "run_steps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,13 +29,17 @@ class StepConfig:
       num_classes: the logits' classes.
       variant: "stock" (Keras layers), "memory_saving" (fused ReLU+depthwise and
         output-only norms) or "recompute" (memory saving plus recompute of
-        `recompute_blocks`, by default `tfseg.models.xception.DEFAULT_RECOMPUTE`;
+        `recompute_blocks` (any `--recompute` names), by default
+        `tfseg.models.xception.DEFAULT_RECOMPUTE`;
         `blocks_used()` says which a variant uses).
       timed_steps: steps timed (and their peaks measured) after the measured one.
       analyze: also return the static analysis of the traced step
         (`tfseg.profile.analysis.step_breakdown`).
       analyze_batches: more batch sizes for the analysis to estimate the peak at
         (traced, not run), e.g. for the planner's slope.
+      run_steps: False: only estimate, run nothing (`tfseg.profile.measure`:
+        the step is traced and analysed, and the result's base and peak are the
+        static estimates).
       builder: None (DeepLabv3+ of `run`), or (module, function name) of
         `f(config) -> keras.Model` to measure instead (e.g. a small stack in a
         test), imported by name since the config crosses to a fresh process as
@@ -52,6 +56,7 @@ class StepConfig:
     analyze: bool = False
     analyze_batches: tuple = ()
     builder: tuple = None
+    run_steps: bool = True
 
     def __post_init__(self):
         if self.variant not in VARIANTS:

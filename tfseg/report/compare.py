@@ -1,7 +1,10 @@
 """The report itself: every variant measured side by side, accounted and written."""
 
+from tfseg import plan as plan_lib
+from tfseg.plan import fit as planner
 from tfseg.profile.measure import measure_repeats
-from tfseg.report import planner, render
+from tfseg.profile.step import VARIANTS
+from tfseg.report import render
 from tfseg.report.config import PER_VARIANT, variant_step
 from tfseg.report.verify import plan
 
@@ -52,6 +55,17 @@ def entry(m):
     }
 
 
+def frontier(config, device, log=print):
+    """The training planner's frontier at the report's size, every plan estimated, and
+    the fastest whose estimate fits the budget (`--mode=train` would verify it)."""
+    budget = int(config.memory_budget_gb * plan_lib.GB)
+    overhead = plan_lib.overhead_bytes(config.device_overhead_gb, device.startswith("GPU"))
+    points = plan_lib.estimate_frontier(config.step.replace(timed_steps=0), log)
+    fitting = [p["name"] for p in points if p["predicted_bytes"] <= budget - overhead]
+    return {"budget_bytes": budget, "overhead_bytes": overhead, "points": list(points),
+            "fastest_fitting": fitting[0] if fitting else None}
+
+
 def run(config, log=print):
     """Measures every variant in its own processes and writes the report.
 
@@ -66,7 +80,15 @@ def run(config, log=print):
     measured = {}
     for name in config.variants:
         log(f"measuring {name} ...")
-        measured[name] = measure_repeats(variant_step(config, name), config.repeats)
+        try:
+            measured[name] = measure_repeats(variant_step(config, name), config.repeats)
+        except RuntimeError as error:
+            if name in VARIANTS:
+                raise  # tfseg's own: a bug
+            # A tool a user would use instead that does not run this step: the report
+            # says so (e.g. keras.RematScope's "full" mode inside a tf.function).
+            report.setdefault("failed", {})[name] = str(error)
+            continue
         report["variants"][name] = entry(measured[name])
     report["device"] = next(iter(measured.values()))["device"]  # each process's, all the same
     stock = report["variants"].get("stock")
@@ -75,5 +97,7 @@ def run(config, log=print):
                                if stock else None)
     if config.memory_budget_gb:
         report["plan"] = plan(config, measured, log)
+        if config.frontier:
+            report["frontier"] = frontier(config, report["device"], log)
     render.write(report, config.out_dir)
     return report

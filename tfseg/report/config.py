@@ -2,6 +2,8 @@
 
 import dataclasses
 
+from tfseg.config import MEMORY_ANCHORS
+from tfseg.profile.anchors import anchor_step
 from tfseg.profile.step import VARIANTS, StepConfig
 
 
@@ -13,12 +15,17 @@ class ReportConfig:
       step: the configuration of one training step (its per-variant fields,
         `variant`, `recompute_blocks` and `analyze*`, are ignored).
       variants: measured side by side, each in `repeats` fresh processes (the
-        median is reported, as the recipe in `tfseg.profile.measure` says).
+        median is reported, as the recipe in `tfseg.profile.measure` says):
+        `tfseg.profile.step.VARIANTS` and `tfseg.config.MEMORY_ANCHORS`.
       repeats: fresh processes per variant.
       recompute_blocks: the backbone blocks the "recompute" variant recomputes
         (None: `tfseg.models.xception.DEFAULT_RECOMPUTE`).
       memory_budget_gb: plan the largest batch and square crop under this budget
-        (None: no planner).
+        in GiB (None: no planner).
+      frontier: with a budget, also estimate every plan of the training planner's
+        frontier (`tfseg.plan.estimate_frontier`) and which would fit.
+      device_overhead_gb: the part of the budget outside the allocator
+        (`tfseg.plan.overhead_bytes`: -1 for the device's default).
       verify_plan: measure the planned sizes for real.
       max_verify_seconds: skip (and record as skipped) a verification run whose
         estimated cost is above this: the variant's own run, its step time scaled
@@ -32,6 +39,8 @@ class ReportConfig:
     repeats: int = 3
     recompute_blocks: tuple = None
     memory_budget_gb: float = None
+    frontier: bool = False
+    device_overhead_gb: float = -1.0
     verify_plan: bool = True
     max_verify_seconds: float = 300.0
     max_verify_runs: int = 6
@@ -39,7 +48,7 @@ class ReportConfig:
 
 
 # Fields of `StepConfig` that differ between the variants of one report.
-PER_VARIANT = ("variant", "recompute_blocks", "analyze", "analyze_batches")
+PER_VARIANT = ("variant", "recompute_blocks", "analyze", "analyze_batches", "builder")
 
 
 def variant_step(config, name):
@@ -52,7 +61,10 @@ def variant_step(config, name):
       name: one of `config.variants`.
     """
     step = config.step
-    blocks = config.recompute_blocks if name == "recompute" else ()
     extra = (2 * step.batch,) if config.memory_budget_gb else ()
+    if name in MEMORY_ANCHORS:  # on the recompute variant's segments
+        return anchor_step(step, name).replace(recompute_blocks=config.recompute_blocks,
+                                               analyze=True, analyze_batches=extra)
+    blocks = config.recompute_blocks if name == "recompute" else ()
     return step.replace(variant=name, recompute_blocks=blocks, analyze=True,
                         analyze_batches=extra)

@@ -36,6 +36,8 @@ def table(report):
     rows.append(f"(measured: the median over {'/'.join(map(str, sorted(repeats)))} fresh processes "
                 f"of each one's median step peak over its base; max: the largest step peak seen)")
     rows.append(f"(device: {report['device']})")
+    for name, error in (report.get("failed") or {}).items():
+        rows.append(f"({name} did not run: {error})")
     if report["config"]["jit_compile"]:
         rows.append(XLA_CAVEAT)
     blocks = {n: v["recompute_blocks"] for n, v in report["variants"].items() if v["recompute_blocks"]}
@@ -73,7 +75,53 @@ def table(report):
                 for size, why in sorted(sizes.items()):
                     rows.append(f"  {'':<15} not verified at {kind} {size}: {why['reason']} "
                                 f"(~{why['estimated_seconds']:.0f} s)")
+    rows += frontier_rows(report.get("frontier"))
     return "\n".join(rows)
+
+
+def frontier_rows(frontier):
+    """The training planner's frontier: one row per plan, fastest first."""
+    if not frontier:
+        return []
+    room = frontier["budget_bytes"] - frontier["overhead_bytes"]
+    overhead = frontier["overhead_bytes"] / MIB
+    rows = ["", f"training plans, fastest first (static estimates of the total; "
+                f"{room / MIB:.0f} MiB to fit: the budget less {overhead:.0f} MiB device "
+                f"overhead):",
+            f"  {'plan':<36}{'MiB':>8}{'time':>7}  fits"]
+    for p in frontier["points"]:
+        fits = "<- --mode=train's" if p["name"] == frontier["fastest_fitting"] else (
+            "yes" if p["predicted_bytes"] <= room else "no")
+        rows.append(f"  {p['name']:<36}{_mib(p['predicted_bytes']):>8}"
+                    f"{p['time_over_memory_saving'] or float('nan'):>6.2f}x  {fits}")
+    rows.append("  (time: the estimated step time over memory saving's; each plan adds its "
+                "segment to the recompute of the plan above)")
+    return rows
+
+
+def frontier_chart(frontier, path):
+    """Memory against step time, one point per plan (frontier.png)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = frontier["points"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = [p["time_over_memory_saving"] for p in points]
+    y = [p["predicted_bytes"] / MIB for p in points]
+    ax.plot(x, y, "o-")
+    for p, xi, yi in zip(points, x, y):
+        ax.annotate(p["name"], (xi, yi), fontsize=7, xytext=(4, 2), textcoords="offset points")
+    room = (frontier["budget_bytes"] - frontier["overhead_bytes"]) / MIB
+    ax.axhline(room, color="red", linestyle="--", label="budget less device overhead")
+    ax.set_xlabel("estimated step time (x memory saving)")
+    ax.set_ylabel("estimated total (MiB)")
+    ax.set_title("Training plans: memory against step time")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def markdown(report):
@@ -85,6 +133,8 @@ def markdown(report):
              "(tfseg/profile/measure.py). Static: the traced step replayed on a model of TF's "
              "executor and allocator; kept: the forward tensors the backward pass reads, by the "
              "part whose layer made them (tfseg/profile/analysis.py).", "", "![parts](parts.png)", ""]
+    if report.get("frontier"):
+        lines += ["![training plans](frontier.png)", ""]
     return "\n".join(lines)
 
 
@@ -126,3 +176,5 @@ def write(report, out_dir):
     with open(os.path.join(out_dir, "report.md"), "w") as f:
         f.write(markdown(report))
     chart(report, os.path.join(out_dir, "parts.png"))
+    if report.get("frontier"):
+        frontier_chart(report["frontier"], os.path.join(out_dir, "frontier.png"))

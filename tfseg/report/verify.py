@@ -3,7 +3,7 @@
 import dataclasses
 
 from tfseg.profile.measure import OutOfMemory, measure
-from tfseg.report import planner
+from tfseg.plan import fit as planner
 from tfseg.report.config import variant_step
 
 

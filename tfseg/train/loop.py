@@ -119,7 +119,7 @@ def periodic_eval(config, model, source, chief):
     return PeriodicEval(config, model, source.class_names)
 
 
-def train(config, log=print, stop=None):
+def train(config, log=print, stop=None, record=None):
     """Trains until ``config.optim.train_steps``, resuming from ``config.run.model_dir``.
 
     SIGTERM/SIGINT are caught from the start (``stop``: a ``StopRequest`` the
@@ -129,6 +129,9 @@ def train(config, log=print, stop=None):
     Returns:
       A dict: "step" reached, "loss" (last), "stopped_by" (None, "SIGTERM", "SIGINT"),
       "checkpoint" (the last saved path).
+
+    ``record``: more entries for the run's config.json (e.g. the memory plan that
+    chose the model's variant, ``tfseg.plan.Choice.to_dict``).
 
     Raises:
       NonFiniteLoss: the loss was NaN/Inf, or too many updates in a row were skipped
@@ -146,10 +149,10 @@ def train(config, log=print, stop=None):
         lock = ModelDirLock(config.run.model_dir, log) if checkpoints.is_chief(strategy) else (
             contextlib.nullcontext())
         with lock:
-            return _train(config, strategy, stop, log)
+            return _train(config, strategy, stop, log, record)
 
 
-def _train(config, strategy, stop, log):
+def _train(config, strategy, stop, log, record=None):
     run, optim = config.run, config.optim
     if run.seed >= 0:
         # The initial weights and dropout too: with --deterministic, a run is repeatable.
@@ -174,7 +177,7 @@ def _train(config, strategy, stop, log):
     if ckpts.chief:
         # Class names and palette too: predict and export then need no data set.
         files.save_config(config, run.model_dir, class_names=list(source.class_names),
-                          palette=np.asarray(source.palette).tolist())
+                          palette=np.asarray(source.palette).tolist(), **(record or {}))
     result = dict(step=start, loss=None, stopped_by=None, checkpoint=restored)
     if start >= optim.train_steps:
         log(f"already trained to step {start} (--train_steps={optim.train_steps})")

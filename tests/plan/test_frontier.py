@@ -1,0 +1,57 @@
+"""The plans a budget chooses from: candidates ordered by bytes saved per second of
+recompute, and the frontier built from them."""
+
+import pytest
+
+from tfseg.config import Config
+from tfseg.plan import GB, GPU_OVERHEAD_GB, Candidate, Plan, candidates, frontier, overhead_bytes
+
+
+def _costs():
+    # kept bytes and forward seconds per segment, as segment_costs reports them
+    return {
+        "entry_block1": {"kept_bytes": 600, "forward_seconds": 1.0},  # 600 B/s
+        "entry_block3": {"kept_bytes": 100, "forward_seconds": 1.0},  # 100 B/s
+        "exit_block1": {"kept_bytes": 0, "forward_seconds": 1.0},  # keeps nothing: no gain
+        "aspp": {"kept_bytes": 50, "forward_seconds": 2.0},  # 25 B/s
+        "decoder": {"kept_bytes": 900, "forward_seconds": 1.0},  # 900 B/s
+        **{f"middle_unit{k}": {"kept_bytes": 100 * k, "forward_seconds": 1.0}
+           for k in range(1, 7)},
+    }
+
+
+def test_candidates_are_ordered_by_bytes_saved_per_second_and_group_middle_units():
+    found = candidates(_costs(), middle_repeats=6, group=4)
+    assert [c.name for c in found] == ["decoder", "entry_block1", "middle_unit5..middle_unit6",
+                                       "middle_unit1..middle_unit4", "entry_block3", "aspp"]
+    groups = {c.name: c for c in found}
+    assert groups["middle_unit1..middle_unit4"] == Candidate(
+        "middle_unit1..middle_unit4", ("middle_unit1", "middle_unit2", "middle_unit3",
+                                       "middle_unit4"), 1000, 4.0)
+    assert groups["middle_unit5..middle_unit6"].bytes_per_second == pytest.approx(550)
+    # exit_block1 keeps nothing and exit_block2 was not traced: neither is a candidate
+    assert not {"exit_block1", "exit_block2"} & set(groups)
+
+
+def test_frontier_adds_candidates_in_order_with_canonical_settings_the_config_accepts():
+    found = candidates(_costs(), middle_repeats=6, group=4)
+    plans = frontier(found, middle_repeats=6)
+    assert plans[:2] == [Plan("stock", False), Plan("memory_saving", True)]
+    assert [p.variant for p in plans] == ["stock", "memory_saving"] + ["recompute"] * 6
+    assert [p.name for p in plans[2:]] == [f"+{c.name}" for c in found]
+    assert plans[3].recompute == ("entry_block1", "decoder")  # --recompute's own order
+    assert plans[-1].recompute_seconds == pytest.approx(sum(c.seconds for c in found))
+    for before, after in zip(plans[2:], plans[3:]):
+        assert set(before.recompute) < set(after.recompute)
+        assert after.recompute_seconds > before.recompute_seconds
+    for plan in plans:  # each plan is a valid run config
+        config = Config().replace(middle_repeats=6, memory_saving=plan.memory_saving,
+                                  recompute=plan.recompute)
+        assert config.model.recompute == plan.recompute
+    assert plans[-1].describe().startswith("memory saving + recompute entry_block1,")
+
+
+def test_device_overhead_is_zero_on_the_cpu_stated_on_a_gpu_and_settable():
+    assert overhead_bytes(-1, has_gpu=False) == 0
+    assert overhead_bytes(-1, has_gpu=True) == int(GPU_OVERHEAD_GB * GB) > 0
+    assert overhead_bytes(0.25, has_gpu=True) == overhead_bytes(0.25, has_gpu=False) == 2**28

@@ -1,0 +1,48 @@
+"""main.py --mode=train --memory_budget_gb: the run trains the plan that fits, says so in
+one line, and records it in its config.json; bad combinations are one line, exit 2."""
+
+import json
+import os
+
+import pytest
+
+from tests.train.conftest import TINY_FLAGS, run_main
+
+
+@pytest.mark.slow
+def test_a_budget_trains_the_chosen_plan_and_records_it(data_dir, tmp_path):
+    model_dir = tmp_path / "run"
+    proc = run_main("--mode=train", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+                    "--train_steps=1", "--memory_budget_gb=50", "--device_overhead_gb=0.5",
+                    *TINY_FLAGS)
+    # 50 GiB fits stock, the fastest plan: chosen after estimating memory saving (the
+    # segments' costs) and stock, nothing more.
+    line = next(text for text in proc.stdout.splitlines() if text.startswith("memory plan:"))
+    assert line.startswith("memory plan: stock: predicted ")
+    assert line.endswith("of 49.5 GiB (budget 50 GiB - device overhead 0.5 GiB)")
+    saved = json.load(open(os.path.join(model_dir, "config.json")))
+    plan = saved["memory_plan"]
+    assert plan["plan"]["name"] == "stock" and plan["overhead_bytes"] == 2**29
+    assert saved["model"]["memory_saving"] is False and saved["model"]["recompute"] == []
+    points = {p["name"]: p for p in plan["frontier"]}
+    assert [p["name"] for p in plan["frontier"]][:3] == ["stock", "memory_saving", "+entry_block1"]
+    estimated = {name for name, p in points.items() if p["predicted_bytes"] is not None}
+    assert estimated == {"stock", "memory_saving"}
+    assert points["memory_saving"]["predicted_bytes"] < points["stock"]["predicted_bytes"]
+    assert os.path.exists(os.path.join(model_dir, "ckpt-1.index"))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--recompute=middle",), "--recompute: --memory_budget_gb chooses --memory_saving and "
+                              "--recompute itself; give either the budget or them"),
+    (("--strategy=mirrored",), "--memory_budget_gb: plans one device's step; with "
+                               "--strategy=mirrored"),
+    (("--device_overhead_gb=-2",), "--device_overhead_gb: must be >= 0, or -1"),
+])
+def test_a_budget_with_conflicting_flags_is_one_line(data_dir, tmp_path, flags, message):
+    proc = run_main("--mode=train", f"--data_dir={data_dir}", f"--model_dir={tmp_path}",
+                    "--memory_budget_gb=8", *TINY_FLAGS, *flags, check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert lines[0].startswith(f"main.py: error: {message}")
+    assert not os.path.exists(os.path.join(tmp_path, "config.json"))

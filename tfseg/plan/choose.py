@@ -1,0 +1,222 @@
+"""`--memory_budget_gb` for training: the fastest plan that fits the card.
+
+The budget is the card's memory; the device's own overhead is taken off first
+(`overhead_bytes`). Then each plan of the frontier (`tfseg.plan.frontier`) is
+predicted by the static estimate of its step (traced in a fresh process, never
+run: `tfseg.profile.measure` with `run_steps=False`): weights, optimizer state and
+the batch, plus the simulated peak. Each plan runs longer than the one before it,
+so the fastest that fits is the first, in frontier order, that fits. Where the
+budget is tight, a prediction within `MARGIN` of it either way (the simulator's
+accuracy), one measured step in a fresh process decides instead.
+"""
+
+import dataclasses
+
+from tfseg.errors import InputError
+from tfseg.plan import fit as fit_lib
+from tfseg.plan.frontier import Plan, candidates, frontier
+from tfseg.profile import measure as measure_lib
+from tfseg.profile.step import StepConfig
+
+# --memory_budget_gb counts GiB, as the report's planner does and as cards are sized
+# (an "11 GB" card has 11,264 MiB).
+GB = 2**30
+# Memory a GPU process holds outside TF's allocator, which the budget must leave:
+# the CUDA context (about 0.3-0.5 GiB with lazy module loading, more without) and
+# the cuDNN and cuBLAS handles and workspaces. Reasoned from those libraries'
+# documented behaviour, not measured: no GPU has run tfseg yet. Measure yours
+# (nvidia-smi's use minus the step's allocator peak) and pass --device_overhead_gb.
+GPU_OVERHEAD_GB = 0.8
+# How far the static estimate may be off (tfseg.profile.simulate: within ~15% on
+# this project's machines): predictions closer to the budget are measured.
+MARGIN = 0.15
+
+
+def overhead_bytes(setting_gb, has_gpu):
+    """The device overhead in bytes: `setting_gb` when >= 0, else 0 on the CPU and
+    `GPU_OVERHEAD_GB` on a GPU."""
+    if setting_gb >= 0:
+        return int(setting_gb * GB)
+    return int(GPU_OVERHEAD_GB * GB) if has_gpu else 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """The chosen plan and what was known of every frontier point.
+
+    `points`: one dict per plan, in frontier order: its name and settings, the
+    predicted and (where verified) measured totals in bytes (None: not needed),
+    and its estimated step time over memory saving's.
+    """
+
+    plan: Plan
+    budget_bytes: int
+    overhead_bytes: int
+    points: tuple
+
+    @property
+    def chosen(self):
+        return next(p for p in self.points if p["name"] == self.plan.name)
+
+    def line(self):
+        point = self.chosen
+        measured = point["measured_bytes"]
+        checked = f", measured {_gb(measured)}" if measured is not None else ""
+        return (f"memory plan: {self.plan.describe()}: predicted {_gb(point['predicted_bytes'])}"
+                f"{checked} of {_gb(self.budget_bytes - self.overhead_bytes)} (budget "
+                f"{_gb(self.budget_bytes)} - device overhead {_gb(self.overhead_bytes)})")
+
+    def to_dict(self):
+        return {"plan": dataclasses.asdict(self.plan), "budget_bytes": self.budget_bytes,
+                "overhead_bytes": self.overhead_bytes, "frontier": list(self.points)}
+
+
+def _gb(size):
+    return f"{size / GB:.3g} GiB"
+
+
+def _total(result):
+    return result["base_bytes"] + result["peak_over_base_bytes"]
+
+
+class _Frontier:
+    """The frontier of `step` and what is known of each plan: static estimates (each
+    traced in a fresh process, once) and measured totals."""
+
+    def __init__(self, step, log, measure):
+        self.step, self.log, self.measure = step, log, measure
+        self.base = step.replace(analyze=True, analyze_batches=(), run_steps=False)
+        self.estimates, self.measured = {}, {}
+        repeats = step.run.model.middle_repeats
+        self.analysis = self.estimate(Plan("memory_saving", True))["analysis"]
+        self.plans = frontier(candidates(self.analysis.get("segments", {}), repeats), repeats)
+
+    def estimate(self, plan):
+        if plan.name not in self.estimates:
+            self.log(f"estimating {plan.describe()} ...")
+            self.estimates[plan.name] = self.measure(self.base.replace(
+                variant=plan.variant, recompute_blocks=plan.recompute))
+        return self.estimates[plan.name]
+
+    def predicted(self, i):
+        return _total(self.estimate(self.plans[i]))
+
+    def measured_total(self, i):
+        plan = self.plans[i]
+        if plan.name not in self.measured:
+            self.log(f"verifying {plan.describe()} with one measured step ...")
+            try:
+                self.measured[plan.name] = _total(self.measure(self.base.replace(
+                    variant=plan.variant, recompute_blocks=plan.recompute, run_steps=True,
+                    analyze=False, timed_steps=0)))
+            except measure_lib.OutOfMemory:
+                self.measured[plan.name] = float("inf")
+        return self.measured[plan.name]
+
+    def time_ratio(self, plan):
+        """Estimated step time over memory saving's: from the plan's own traced step
+        where it was estimated, else from the seconds its recompute adds."""
+        seconds = self.analysis.get("estimated_step_seconds")
+        if not seconds:
+            return None
+        own = self.estimates.get(plan.name, {}).get("analysis", {})
+        return round((own.get("estimated_step_seconds") or seconds + plan.recompute_seconds)
+                     / seconds, 3)
+
+    def points(self):
+        return tuple({
+            "name": p.name, "describe": p.describe(), "memory_saving": p.memory_saving,
+            "recompute": list(p.recompute),
+            "predicted_bytes": _total(self.estimates[p.name]) if p.name in self.estimates
+            else None,
+            "measured_bytes": self.measured.get(p.name),
+            "time_over_memory_saving": self.time_ratio(p)} for p in self.plans)
+
+
+def estimate_frontier(step, log=print, measure=measure_lib.measure):
+    """Every plan of `step`'s frontier, estimated (the report's table and plot): the
+    `Choice.points` dicts."""
+    plans = _Frontier(step, log, measure)
+    for i in range(len(plans.plans)):
+        plans.predicted(i)
+    return plans.points()
+
+
+def choose(step, budget_bytes, overhead, verify=True, log=print, measure=measure_lib.measure,
+           margin=MARGIN):
+    """The fastest plan of `step`'s frontier whose step fits `budget_bytes - overhead`.
+
+    Args:
+      step: the `tfseg.profile.step.StepConfig` of the run (its variant is ignored).
+      budget_bytes: the card's memory. overhead: bytes of it outside TF's allocator.
+      verify: decide by a measured step where a prediction is within `margin` (a
+        fraction) of the room, either way.
+      log: called with a line per estimate and measurement.
+      measure: `tfseg.profile.measure.measure` (a fresh process per call).
+
+    Raises InputError (one line) when no plan fits: the smallest plan's need and the
+    largest batch or square crop that would fit it.
+    """
+    room = budget_bytes - overhead
+    plans = _Frontier(step, log, measure)
+    slack = margin if verify else 0.0
+
+    def fits(i):
+        """Plan i's step fits: by its prediction, or, within `slack` of the room
+        either side, by one measured step."""
+        predicted = plans.predicted(i)
+        if abs(predicted - room) > slack * room:
+            return predicted <= room
+        return plans.measured_total(i) <= room
+
+    # Stock first, then the smallest plan: predicted over the room by more than the
+    # slack, nothing fits. Then the others, fastest first, each estimated: a plan may
+    # keep no less than the one before it (its segment was not what the peak was
+    # made of), so none is skipped by bisection.
+    count, index = len(plans.plans), len(plans.plans)
+    if fits(0):
+        index = 0
+    elif plans.predicted(count - 1) <= (1 + slack) * room:
+        index = next((i for i in range(1, count) if fits(i)), count)
+    if index == count:
+        smallest = plans.plans[-1]
+        need = plans.measured.get(smallest.name, plans.predicted(count - 1))
+        raise InputError(_nothing_fits(step, smallest, plans.estimate(smallest), need,
+                                       budget_bytes, overhead))
+    return Choice(plans.plans[index], budget_bytes, overhead, plans.points())
+
+
+def _nothing_fits(step, plan, estimated, need, budget_bytes, overhead):
+    """The one line for a budget nothing fits."""
+    fit = fit_lib.fit(estimated, budget_bytes - overhead, step.run.model.output_stride)
+    if fit.max_batch >= 1:
+        instead = f"batch {fit.max_batch} would fit"
+    elif fit.max_square_crop:
+        instead = f"batch 1 with a {fit.max_square_crop}x{fit.max_square_crop} crop would fit"
+    else:
+        instead = "not even batch 1 with the smallest crop would fit"
+    return (f"--memory_budget_gb: no plan fits {_gb(budget_bytes)} (minus {_gb(overhead)} "
+            f"device overhead): the smallest, {plan.describe()}, needs {_gb(need)} at batch "
+            f"{step.batch} and {step.height}x{step.width}; {instead}")
+
+
+def plan_run(config, num_classes, has_gpu, log=print):
+    """(`config` with the plan's --memory_saving and --recompute, the `Choice`) for
+    a training run with --memory_budget_gb.
+
+    Refuses, in one line, a config that already chose them, and data-parallel
+    strategies (the plan is one device's step)."""
+    run, model = config.run, config.model
+    if model.memory_saving or model.recompute:
+        given = "--memory_saving" if model.memory_saving else "--recompute"
+        raise InputError(f"{given}: --memory_budget_gb chooses --memory_saving and "
+                         f"--recompute itself; give either the budget or them")
+    if run.strategy in ("mirrored", "multi_worker"):
+        raise InputError(f"--memory_budget_gb: plans one device's step; with "
+                         f"--strategy={run.strategy} choose --memory_saving and --recompute "
+                         f"with --mode=report per device")
+    step = StepConfig(run=config, num_classes=num_classes, timed_steps=0)
+    choice = choose(step, int(run.memory_budget_gb * GB),
+                    overhead_bytes(run.device_overhead_gb, has_gpu), run.verify_plan, log)
+    return config.replace(memory_saving=choice.plan.memory_saving,
+                          recompute=choice.plan.recompute), choice
