@@ -66,9 +66,11 @@ def _memory_plan(config):
 
     from tfseg import plan
     from tfseg.evaluation.loading import num_classes
+    from tfseg.runtime import files
 
     has_gpu = bool(tf.config.list_physical_devices("GPU"))
-    config, choice = plan.plan_run(config, num_classes(config), has_gpu)
+    config, choice = plan.plan_run(config, num_classes(config), has_gpu,
+                                   saved=files.load_config(config.run.model_dir))
     print(choice.line(), flush=True)
     return config, {"memory_plan": choice.to_dict()}
 

@@ -69,7 +69,7 @@ def test_bad_output_stride_is_rejected():
         xception65(output_stride=4)
 
 
-@pytest.mark.parametrize("block", ["entry_block2", "middle_flow", "middle_unit1"])
+@pytest.mark.parametrize("block", ["entry_block2", "middle_flow", "middle_unit3"])
 def test_recompute_segments_reject_blocks_that_are_not_recomputable(block):
     features = xception_features(keras.Input((H, W, 3)), **TINY)
     with pytest.raises(ValueError) as error:
@@ -86,3 +86,6 @@ def test_recompute_segments_cover_every_unit_of_the_chosen_blocks():
     # Each runs from the previous unit's output: the stem's, then entry block 3's.
     assert (segments[0].start, segments[1].start) == ("entry_conv2_relu", "entry_block3_add")
     assert segments[2].start == segments[1].end == "middle_unit1_add"
+    # A single unit (the budget planner's groups of middle units) is one segment.
+    single = recompute_segments(features, ("middle_unit2",), TINY["middle_repeats"])
+    assert single == [segments[2]]

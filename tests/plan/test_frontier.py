@@ -1,10 +1,13 @@
 """The plans a budget chooses from: candidates ordered by bytes saved per second of
-recompute, and the frontier built from them."""
+recompute, the frontier built from them, and a saved plan kept on resume."""
+
+import json
 
 import pytest
 
 from tfseg.config import Config
-from tfseg.plan import GB, GPU_OVERHEAD_GB, Candidate, Plan, candidates, frontier, overhead_bytes
+from tfseg.plan import (GB, GPU_OVERHEAD_GB, Candidate, Choice, Plan, candidates, frontier,
+                        overhead_bytes, saved_choice)
 
 
 def _costs():
@@ -55,3 +58,20 @@ def test_device_overhead_is_zero_on_the_cpu_stated_on_a_gpu_and_settable():
     assert overhead_bytes(-1, has_gpu=False) == 0
     assert overhead_bytes(-1, has_gpu=True) == int(GPU_OVERHEAD_GB * GB) > 0
     assert overhead_bytes(0.25, has_gpu=True) == overhead_bytes(0.25, has_gpu=False) == 2**28
+
+
+def test_a_resumed_run_keeps_the_plan_saved_for_the_same_settings():
+    config = Config().replace(memory_budget_gb=8.0, train_steps=100)
+    plans = frontier(candidates(_costs(), middle_repeats=2), middle_repeats=2)
+    points = tuple({"name": p.name, "predicted_bytes": 100} for p in plans)
+    choice = Choice(plans[3], 8 * GB, 0, points)
+    saved = {**json.loads(config.to_json()), "memory_plan": json.loads(json.dumps(
+        choice.to_dict()))}  # as config.json holds it
+    assert saved_choice(config, saved, 0) == choice
+    # Settings the plan does not depend on may change (a longer run); the others not.
+    assert saved_choice(config.replace(train_steps=200, log_every=5), saved, 0) == choice
+    for change in ({"memory_budget_gb": 11.0}, {"crop_size": (65, 65)}, {"batch_size": 4},
+                   {"dtype_policy": "mixed_bfloat16"}, {"middle_repeats": 3}):
+        assert saved_choice(config.replace(**change), saved, 0) is None, change
+    assert saved_choice(config, saved, overhead=GB) is None  # another device
+    assert saved_choice(config, json.loads(config.to_json()), 0) is None  # no plan saved

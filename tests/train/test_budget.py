@@ -10,11 +10,11 @@ from tests.train.conftest import TINY_FLAGS, run_main
 
 
 @pytest.mark.slow
-def test_a_budget_trains_the_chosen_plan_and_records_it(data_dir, tmp_path):
+def test_a_budget_trains_the_chosen_plan_records_it_and_keeps_it_on_resume(data_dir, tmp_path):
     model_dir = tmp_path / "run"
     proc = run_main("--mode=train", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
                     "--train_steps=1", "--memory_budget_gb=50", "--device_overhead_gb=0.5",
-                    *TINY_FLAGS)
+                    *TINY_FLAGS, timeout=600)  # two estimates in fresh processes, then a step
     # 50 GiB fits stock, the fastest plan: chosen after estimating memory saving (the
     # segments' costs) and stock, nothing more.
     line = next(text for text in proc.stdout.splitlines() if text.startswith("memory plan:"))
@@ -30,6 +30,16 @@ def test_a_budget_trains_the_chosen_plan_and_records_it(data_dir, tmp_path):
     assert estimated == {"stock", "memory_saving"}
     assert points["memory_saving"]["predicted_bytes"] < points["stock"]["predicted_bytes"]
     assert os.path.exists(os.path.join(model_dir, "ckpt-1.index"))
+
+    # Resumed for longer: the plan saved for these settings is kept, not made again.
+    proc = run_main("--mode=train", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+                    "--train_steps=2", "--memory_budget_gb=50", "--device_overhead_gb=0.5",
+                    *TINY_FLAGS)
+    assert "memory plan: the one in config.json, made for these settings" in proc.stdout
+    assert "estimating" not in proc.stdout and line in proc.stdout
+    assert "resumed from" in proc.stdout
+    assert os.path.exists(os.path.join(model_dir, "ckpt-2.index"))
+    assert json.load(open(os.path.join(model_dir, "config.json")))["memory_plan"] == plan
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -4,8 +4,8 @@ and `choose` (`--memory_budget_gb` for training: the fastest plan that fits)."""
 
 from tfseg.plan import fit
 from tfseg.plan.choose import (GB, GPU_OVERHEAD_GB, MARGIN, Choice, choose, estimate_frontier,
-                               overhead_bytes, plan_run)
+                               overhead_bytes, plan_run, saved_choice)
 from tfseg.plan.frontier import Candidate, Plan, candidates, frontier
 
 __all__ = ["GB", "GPU_OVERHEAD_GB", "MARGIN", "Candidate", "Choice", "Plan", "candidates", "choose",
-           "estimate_frontier", "fit", "frontier", "overhead_bytes", "plan_run"]
+           "estimate_frontier", "fit", "frontier", "overhead_bytes", "plan_run", "saved_choice"]

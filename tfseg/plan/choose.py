@@ -12,6 +12,7 @@ accuracy), one measured step in a fresh process decides instead.
 
 import dataclasses
 
+from tfseg.config import Config
 from tfseg.errors import InputError
 from tfseg.plan import fit as fit_lib
 from tfseg.plan.frontier import Plan, candidates, frontier
@@ -30,6 +31,13 @@ GPU_OVERHEAD_GB = 0.8
 # How far the static estimate may be off (tfseg.profile.simulate: within ~15% on
 # this project's machines): predictions closer to the budget are measured.
 MARGIN = 0.15
+# The settings a plan depends on (the step's model, input, optimizer and device use):
+# a resumed run whose config.json has a plan for the same keeps it.
+PLAN_INPUTS = ("dataset", "crop_size", "batch_size", "output_stride", "norm", "width_multiplier",
+               "middle_repeats", "dropout", "head_epsilon", "resize", "freeze_batch_norm",
+               "momentum", "weight_decay", "weight_decay_type", "class_weights",
+               "grad_accum_steps", "dtype_policy", "jit_compile", "strategy",
+               "memory_budget_gb", "verify_plan")
 
 
 def overhead_bytes(setting_gb, has_gpu):
@@ -200,9 +208,22 @@ def _nothing_fits(step, plan, estimated, need, budget_bytes, overhead):
             f"{step.batch} and {step.height}x{step.width}; {instead}")
 
 
-def plan_run(config, num_classes, has_gpu, log=print):
+def saved_choice(config, saved, overhead):
+    """The `Choice` in a run's saved config dict (its config.json), if it was made for
+    the same `PLAN_INPUTS` and device overhead; else None."""
+    record = saved.get("memory_plan")
+    before, now = Config.settings_of(saved), config.flat()
+    if not record or record["overhead_bytes"] != overhead or any(
+            before.get(name) != now[name] for name in PLAN_INPUTS):
+        return None
+    plan = Plan(**{**record["plan"], "recompute": tuple(record["plan"]["recompute"])})
+    return Choice(plan, record["budget_bytes"], overhead, tuple(record["frontier"]))
+
+
+def plan_run(config, num_classes, has_gpu, log=print, saved=None):
     """(`config` with the plan's --memory_saving and --recompute, the `Choice`) for
-    a training run with --memory_budget_gb.
+    a training run with --memory_budget_gb; a resumed run keeps the plan in its
+    `saved` config dict (`saved_choice`) instead of planning again.
 
     Refuses, in one line, a config that already chose them, and data-parallel
     strategies (the plan is one device's step)."""
@@ -215,8 +236,12 @@ def plan_run(config, num_classes, has_gpu, log=print):
         raise InputError(f"--memory_budget_gb: plans one device's step; with "
                          f"--strategy={run.strategy} choose --memory_saving and --recompute "
                          f"with --mode=report per device")
-    step = StepConfig(run=config, num_classes=num_classes, timed_steps=0)
-    choice = choose(step, int(run.memory_budget_gb * GB),
-                    overhead_bytes(run.device_overhead_gb, has_gpu), run.verify_plan, log)
+    overhead = overhead_bytes(run.device_overhead_gb, has_gpu)
+    choice = saved_choice(config, saved or {}, overhead)
+    if choice is not None:
+        log("memory plan: the one in config.json, made for these settings")
+    else:
+        step = StepConfig(run=config, num_classes=num_classes, timed_steps=0)
+        choice = choose(step, int(run.memory_budget_gb * GB), overhead, run.verify_plan, log)
     return config.replace(memory_saving=choice.plan.memory_saving,
                           recompute=choice.plan.recompute), choice
