@@ -190,9 +190,11 @@ def test_memory_saving_rewrites_the_backbone_too_and_keeps_outputs():
         w.assign(w.numpy() + rng.uniform(0, 0.1, w.shape).astype("float32"))
     memory.copy_weights(stock, saving)
     images, _ = batch()
-    for training in (False, True):
+    # Training: the twins' fused batch-norm kernels reduce in another order than Keras'
+    # moments, float32 rounding that the layers pass on (exact in float64: tests/memory).
+    for training, atol in ((False, 1e-5), (True, 2e-4)):
         np.testing.assert_allclose(saving(images, training=training).numpy(),
-                                   stock(images, training=training).numpy(), atol=1e-5)
+                                   stock(images, training=training).numpy(), atol=atol)
 
 
 def test_keras_applications_backbone_builds_and_runs():

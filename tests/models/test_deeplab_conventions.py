@@ -79,9 +79,11 @@ def test_reference_conventions_stock_and_memory_saving_give_the_same_logits(outp
         w.assign(w.numpy() * rng.uniform(0.01, 1.5, w.shape).astype("float32"))
     memory.copy_weights(stock, saving)
     images, _ = batch()
-    for training in (False, True):
+    # Training: the twins' fused batch-norm kernels reduce in another order than Keras'
+    # moments, float32 rounding that the layers pass on (exact in float64: tests/memory).
+    for training, atol in ((False, 2e-5), (True, 3e-4)):
         np.testing.assert_allclose(saving(images, training=training).numpy(),
-                                   stock(images, training=training).numpy(), atol=2e-5)
+                                   stock(images, training=training).numpy(), atol=atol)
     # The conventions change the numbers: the same weights under today's defaults differ.
     today = tiny_model(output_stride=output_stride, dropout=0.0)
     memory.copy_weights(stock, today)
