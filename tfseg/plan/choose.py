@@ -53,8 +53,8 @@ class Choice:
     """The chosen plan and what was known of every frontier point.
 
     `points`: one dict per plan, in frontier order: its name and settings, the
-    predicted and (where verified) measured totals in bytes (None: not needed),
-    and its estimated step time over memory saving's.
+    predicted and (where verified) measured totals in bytes (None: not needed, or
+    `measured_out_of_memory`), and its estimated step time over memory saving's.
     """
 
     plan: Plan
@@ -137,7 +137,10 @@ class _Frontier:
             "recompute": list(p.recompute),
             "predicted_bytes": _total(self.estimates[p.name]) if p.name in self.estimates
             else None,
-            "measured_bytes": self.measured.get(p.name),
+            # a step that ran out of memory is recorded as such: config.json stays JSON
+            "measured_bytes": None if self.measured.get(p.name) in (None, float("inf"))
+            else self.measured[p.name],
+            "measured_out_of_memory": self.measured.get(p.name) == float("inf"),
             "time_over_memory_saving": self.time_ratio(p)} for p in self.plans)
 
 
