@@ -99,7 +99,9 @@ def estimate_in_process(config):
     batch = _batch(config, strategy)
     start = time.perf_counter()
     analysis = _analyze(config, step, batch, model)
-    inputs = sum(t.shape.num_elements() * t.dtype.size for t in tf.nest.flatten(batch))
+    # once per tensor: --grad_accum_steps repeats the same micro-batch
+    unique = {id(t): t for t in tf.nest.flatten(batch)}.values()
+    inputs = sum(t.shape.num_elements() * t.dtype.size for t in unique)
     return {
         **config.record(),
         "analysis": analysis,
