@@ -125,9 +125,9 @@ def test_resuming_in_another_variant_ends_where_the_unbroken_run_does(tmp_path, 
     1e-6 difference at step 1 is 0.1 by step 4); in float64 the variants' steps differ
     by 1e-15 and end within 1e-14 after four steps."""
     batches = _batches(4)
+    # `run` goes on past its save: it is the unbroken run (a save does not change a
+    # run: tests/train/test_loop.py, bit for bit through main.py).
     run = _Run(tmp_path / "run", "float64", **VARIANTS[first])
-    straight = _Run(tmp_path / "straight", "float64", **VARIANTS[first])
-    memory.copy_weights(run.model, straight.model)
     for batch in batches[:2]:
         run.train_step(batch)
     path = run.ckpts.save(2)
@@ -141,11 +141,8 @@ def test_resuming_in_another_variant_ends_where_the_unbroken_run_does(tmp_path, 
         resumed.train_step(batch)
         run.train_step(batch)
     assert int(resumed.step.numpy()) == 4 and int(resumed.optimizer.iterations) == 4
-    for batch in batches:
-        straight.train_step(batch)
-    unbroken, switched = straight.state(), resumed.state()
+    unbroken, switched = run.state(), resumed.state()
     for name in unbroken:
-        np.testing.assert_array_equal(run.state()[name], unbroken[name], err_msg=name)
         np.testing.assert_allclose(switched[name], unbroken[name], rtol=0, atol=1e-10,
                                    err_msg=name)
 

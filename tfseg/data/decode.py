@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from tfseg.data import png
 from tfseg.data.source import IndexLabels, as_int32
+from tfseg.data.traced import plain
 
 
 def _try(fn, arg, fallback):
@@ -36,7 +37,8 @@ def _try(fn, arg, fallback):
 
     A tuple ``arg`` is passed to ``fn`` as separate arguments.
     """
-    attempt = tf.data.Dataset.from_tensors(arg).map(lambda *a: (fn(*a), True)).ignore_errors()
+    attempt = (tf.data.Dataset.from_tensors(arg).map(plain(lambda *a: (fn(*a), True)))
+               .ignore_errors())
     failed = tf.data.Dataset.from_tensors((fallback, False))
     return attempt.concatenate(failed).take(1).get_single_element()
 
@@ -165,9 +167,9 @@ def decode_pairs(pairs_ds, source, skip_bad_examples=False, stats=None,
             with tf.control_dependencies(deps):
                 return tf.identity(image), tf.identity(label), tf.identity(ok), image_path
 
-        examples = pairs_ds.map(load, num_parallel_calls=num_parallel_calls,
+        examples = pairs_ds.map(plain(load), num_parallel_calls=num_parallel_calls,
                                 deterministic=deterministic)
-        return examples.filter(_is_ok).map(_drop_ok), finish
+        return examples.filter(plain(_is_ok)).map(plain(_drop_ok)), finish
 
     def number(state, pair):
         position, previous = state
@@ -194,12 +196,12 @@ def decode_pairs(pairs_ds, source, skip_bad_examples=False, stats=None,
             return position + 1, (tf.identity(image), label, pair[0], end)
 
     empty = (tf.constant(""), tf.constant(""))
-    marked = pairs_ds.map(_pair).concatenate(tf.data.Dataset.from_tensors(empty))
-    examples = (marked.scan((tf.constant(0, tf.int64), empty), number)
-                .map(load, num_parallel_calls=num_parallel_calls, deterministic=True)
+    marked = pairs_ds.map(plain(_pair)).concatenate(tf.data.Dataset.from_tensors(empty))
+    examples = (marked.scan((tf.constant(0, tf.int64), empty), plain(number))
+                .map(plain(load), num_parallel_calls=num_parallel_calls, deterministic=True)
                 .ignore_errors()
-                .scan(tf.constant(0, tf.int64), check))
-    return examples.filter(_not_end).map(_drop_end), finish
+                .scan(tf.constant(0, tf.int64), plain(check)))
+    return examples.filter(plain(_not_end)).map(plain(_drop_end)), finish
 
 
 def _pair(image_path, label_path):
@@ -236,8 +238,8 @@ def pairs_to_examples(pairs_ds, source, skip_bad_examples=False, stats=None,
     examples, finish = decode_pairs(pairs_ds, source, skip_bad_examples, stats,
                                     num_parallel_calls, deterministic)
     if keep_path:
-        return examples.map(lambda image, label, path: (image, finish(label), path))
-    return examples.map(lambda image, label, path: (image, finish(label)))
+        return examples.map(plain(lambda image, label, path: (image, finish(label), path)))
+    return examples.map(plain(lambda image, label, path: (image, finish(label))))
 
 
 def pairs_dataset(pairs):

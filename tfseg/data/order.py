@@ -18,6 +18,7 @@ import random
 
 import tensorflow as tf
 
+from tfseg.data.traced import plain
 from tfseg.errors import InputError
 
 _ALG = "philox"
@@ -97,8 +98,8 @@ def file_order(num_files, batch_size, seed, start_batch=0, epochs=None):
     """
     per_epoch = full_batches(num_files, batch_size)
     first, offset = locate(start_batch, batch_size, per_epoch)
-    order = _epochs(first, epochs).flat_map(lambda epoch: tf.data.Dataset.from_tensor_slices(
-        epoch_permutation(num_files, seed, epoch)[:per_epoch]))
+    order = _epochs(first, epochs).flat_map(plain(lambda epoch: tf.data.Dataset.from_tensor_slices(
+        epoch_permutation(num_files, seed, epoch)[:per_epoch])))
     return order.skip(offset)
 
 
@@ -106,8 +107,8 @@ def stream_seeds(seed, per_epoch, start):
     """Augmentation seeds (int64 [2]) of elements ``start``, ``start + 1``, ... of a stream
     of epochs of ``per_epoch`` elements: element ``g`` gets
     ``element_seed(seed, g // per_epoch, g % per_epoch)``."""
-    return tf.data.Dataset.counter(start, dtype=tf.int64).map(
-        lambda g: element_seed(seed, g // per_epoch, g % per_epoch))
+    return tf.data.Dataset.counter(start, dtype=tf.int64).map(plain(
+        lambda g: element_seed(seed, g // per_epoch, g % per_epoch)))
 
 
 def restart_seed(seed, epoch):

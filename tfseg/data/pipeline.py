@@ -33,6 +33,7 @@ from tfseg.data.feed import require_reachable
 from tfseg.data.source import IGNORE_LABEL, Source, as_int32
 from tfseg.data.stats import DataStats
 from tfseg.data.synthetic import write_synthetic_cityscapes
+from tfseg.data.traced import plain
 from tfseg.data.transforms import PAD_VALUE, eval_transform, train_transform
 
 _READERS = {"cityscapes": cityscapes.source, "voc": voc.source, "camvid": camvid.source}
@@ -93,13 +94,13 @@ def _decode(config, source, files, stats, deterministic):
     """Decoded (image uint8 [H, W, 3], stored label) of ``files``, and ``finish``."""
     examples, finish = decode_pairs(files, source, config.skip_bad_examples, stats,
                                     deterministic=deterministic)
-    return examples.map(lambda image, label, path: (image, label)), finish
+    return examples.map(plain(lambda image, label, path: (image, label))), finish
 
 
 def _paths(source, indices):
     """(image_path, label_path) of each index in ``indices`` (int64 scalars)."""
     images, labels = (tf.constant(list(column)) for column in zip(*source.pairs))
-    return indices.map(lambda i: (tf.gather(images, i), tf.gather(labels, i)))
+    return indices.map(plain(lambda i: (tf.gather(images, i), tf.gather(labels, i))))
 
 
 def _eval_examples(config, stats):
@@ -224,11 +225,11 @@ def build_dataset(config, training, stats=None, start_batch=0, epochs=None):
         # The seeds are paired with the examples before the parallel map: every element's
         # augmentation is fixed by its position, under any parallelism.
         batches = tf.data.Dataset.zip(examples, seeds).map(
-            augment, num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic,
+            plain(augment), num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic,
         ).batch(config.batch_size, drop_remainder=True)
     else:
         examples, finish = _eval_examples(config, stats)
-        batches = examples.map(lambda image, label: eval_transform(image, finish(label)),
+        batches = examples.map(plain(lambda image, label: eval_transform(image, finish(label))),
                                num_parallel_calls=tf.data.AUTOTUNE,
                                deterministic=True).padded_batch(
             config.batch_size, padding_values=(tf.constant(PAD_VALUE, tf.uint8), IGNORE_LABEL))

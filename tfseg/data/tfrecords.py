@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from tfseg.data.decode import decode_image, pairs_dataset, pairs_to_examples
 from tfseg.data.stats import DataStats
+from tfseg.data.traced import plain
 from tfseg.errors import InputError
 
 _FEATURES = {
@@ -72,7 +73,7 @@ def write_tfrecords(source, out_dir, split, num_shards=4, raw=False, skip_bad_ex
         return (path, tf.io.read_file(path), tf.io.encode_png(label[..., tf.newaxis]),
                 tf.shape(label))
 
-    examples = examples.map(encode, num_parallel_calls=tf.data.AUTOTUNE)
+    examples = examples.map(plain(encode), num_parallel_calls=tf.data.AUTOTUNE)
     num_shards = max(1, min(num_shards, len(source.pairs)))
     bounds = np.linspace(0, len(source.pairs), num_shards + 1).astype(int)
     shard_paths = [os.path.join(out_dir, f"{split}-{i:05d}-of-{num_shards:05d}.tfrecord")
@@ -167,7 +168,7 @@ def _shard_examples(path, expected, parse, label_dtype, skip_bad_examples, stats
     ``skip_bad_examples``, is logged and counted as bad examples.
     """
     examples = (tf.data.TFRecordDataset(path)
-                .map(lambda r: parse(r) + (False,), num_parallel_calls=tf.data.AUTOTUNE,
+                .map(plain(lambda r: parse(r) + (False,)), num_parallel_calls=tf.data.AUTOTUNE,
                      deterministic=True)
                 .ignore_errors())
     end = tf.data.Dataset.from_tensors((tf.zeros([0, 0, 3], tf.uint8),
@@ -194,9 +195,10 @@ def _shard_examples(path, expected, parse, label_dtype, skip_bad_examples, stats
         with tf.control_dependencies(deps):
             return (count + 1, filename), (tf.identity(image), label, is_end)
 
-    return (examples.concatenate(end).scan((tf.constant(0, tf.int64), tf.constant("")), check)
-            .filter(lambda image, label, is_end: ~is_end)
-            .map(lambda image, label, is_end: (image, label)))
+    start = (tf.constant(0, tf.int64), tf.constant(""))
+    return (examples.concatenate(end).scan(start, plain(check))
+            .filter(plain(lambda image, label, is_end: ~is_end))
+            .map(plain(lambda image, label, is_end: (image, label))))
 
 
 def read_tfrecords(data_dir, split, training=False, seed=None, deterministic=None,
@@ -239,6 +241,6 @@ def _read(data_dir, split, training, seed, deterministic, label_dtype, skip_bad_
 
     if training:
         files = files.shuffle(len(shards), seed=seed, reshuffle_each_iteration=True)
-        return files.interleave(read_shard, cycle_length=min(len(shards), 8),
+        return files.interleave(plain(read_shard), cycle_length=min(len(shards), 8),
                                 num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
-    return files.flat_map(read_shard)
+    return files.flat_map(plain(read_shard))
