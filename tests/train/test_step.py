@@ -138,6 +138,29 @@ def test_weight_decay_moves_exactly_the_decayed_kernels(decay_type):
         penalty if decay_type == "l2" else 0.0, rel=1e-4, abs=1e-5)
 
 
+def test_l2_decay_under_loss_scaling_moves_the_kernels_as_in_float32(mixed_float16):
+    """The step adds the L2 gradient after the tape; the loss-scale optimizer unscales
+    every gradient, so that one must be scaled as the loss is: the kernels still move
+    by ``-lr * wd * kernel`` (unscaled, 2**15 times less)."""
+    lr, wd = 0.1, 0.05
+    flat = dict(width_multiplier=0.25, middle_repeats=1, dropout=0.0, warmup_steps=0,
+                train_steps=10, learning_rate=lr, end_learning_rate=lr, momentum=0.9,
+                weight_decay_type="l2", dtype_policy="mixed_float16")
+    # Every label ignored: the data gradients are zero (a first step at the initial
+    # scale, 2**15, overflows on real labels and is skipped), so only the decay moves.
+    rng = np.random.default_rng(1)
+    batch = (tf.constant(rng.integers(0, 256, (2, 33, 33, 3)), tf.uint8),
+             tf.fill([2, 33, 33], 255))
+    initial = builders.model(Config.from_flat(**flat), 3).get_weights()
+    model, decayed, _ = _one_step(Config.from_flat(**flat, weight_decay=wd), batch, initial)
+    start = dict(zip((v.path for v in model.weights), initial))
+    kernels = [v.path for v in builders.decayed_kernels(model)]
+    assert kernels
+    for path in kernels:
+        np.testing.assert_allclose(decayed[path] - start[path], -lr * wd * start[path],
+                                   rtol=1e-3, atol=1e-7, err_msg=path)
+
+
 @pytest.mark.parametrize("decay_type", ["l2", "decoupled"])
 def test_l2_decay_goes_through_momentum_and_decoupled_does_not(decay_type):
     """Two steps with every label ignored, so only the decay moves the kernels

@@ -52,9 +52,25 @@ def l2_penalty(weight_decay, kernels):
     """research/deeplab's ``l2_regularizer``: ``weight_decay / 2 * sum(kernel ** 2)``.
 
     Its gradient ``weight_decay * kernel`` joins the data gradient, so it goes
-    through momentum (unlike the optimizer's decoupled decay).
+    through momentum (unlike the optimizer's decoupled decay). The step adds that
+    gradient itself (``_with_l2``), not through the tape.
     """
     return 0.5 * weight_decay * tf.add_n([tf.reduce_sum(tf.square(v.value)) for v in kernels])
+
+
+def _with_l2(grads, variables, decayed, coefficient):
+    """``grads`` of ``variables`` plus ``coefficient * kernel`` for the ``decayed`` kernels.
+
+    Added after the tape, not by it: the tape's gradient of the penalty tiles the
+    loss's gradient to each kernel's shape and multiplies twice, and its buffers are
+    ready as soon as the backward pass starts (they need only the loss's), so they
+    can wait, kernel-sized, for the data gradients. Here each is one multiply-add made
+    when its data gradient is. Measured (Xception-65, memory saving, fresh processes):
+    base + peak 2,034 -> 1,987 MB at 513x513, batch 2; 989 -> 950 MB at 257x257.
+    """
+    decayed = {id(v) for v in decayed}
+    return [g + tf.cast(coefficient, v.dtype) * v.value if id(v) in decayed else g
+            for g, v in zip(grads, variables)]
 
 
 def _after(tensor, gradients):
@@ -117,11 +133,14 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
         with tf.GradientTape() as tape:
             logits = model(inputs, training=True)
             loss = loss_fn(labels, logits, count)
-            if decayed:
-                loss += l2_penalty(weight_decay, decayed) / (
-                    strategy.num_replicas_in_sync * accum_steps)
             scaled = optimizer.scale_loss(loss)
-        return loss, tape.gradient(scaled, variables), logits
+        grads = tape.gradient(scaled, variables)
+        if decayed:
+            share = weight_decay / (strategy.num_replicas_in_sync * accum_steps)
+            loss += l2_penalty(share, decayed)
+            # Scaled as the loss is (the loss-scale optimizer unscales them all).
+            grads = _with_l2(grads, variables, decayed, optimizer.scale_loss(tf.constant(share)))
+        return loss, grads, logits
 
     def replica_step(micro):
         """Forward and backward of this replica's micro-batches [(images, labels)]."""
