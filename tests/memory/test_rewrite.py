@@ -63,9 +63,11 @@ def test_rewrite_of_tfseg_model_keeps_weights_outputs_and_gradients(output_strid
     assert isinstance(separable, Recompute) and separable.tail.name == "entry_block1_sepconv3_pointwise"
     assert type(separable.block.get_layer("entry_block1_sepconv3_depthwise_bn")) is (
         keras.layers.BatchNormalization if norm == "batch" else keras.layers.GroupNormalization)
-    # ReLU -> conv outside separable convs: the stem, the logits and, inside "mid",
-    # each ReLU -> depthwise.
+    # ReLU -> conv outside separable convs: the stem, the logits, entry block 1's
+    # shortcut (its ReLU also feeds the first separable conv's ReLU) and, inside
+    # "mid", each ReLU -> depthwise.
     assert dict(summary.fused) == {"entry_conv1_relu": "entry_conv2",
+                                   "entry_conv2_relu": "entry_block1_shortcut",
                                    "decoder_conv2_pointwise_relu": "logits",
                                    **{f"middle_unit1_sepconv{i}_relu": f"middle_unit1_sepconv{i}_depthwise"
                                       for i in (1, 2, 3)}}
@@ -114,9 +116,9 @@ def test_rewrite_without_relu_depthwise_fusion_keeps_those_pairs_stock(float64):
     new = memory.rewrite(stock, fuse_separable=False, fuse_relu_depthwise=False)
     summary = memory.plan(stock, fuse_separable=False, fuse_relu_depthwise=False)
     # Only ReLU -> Conv2D pairs fuse: exit block 2 (3), ASPP (3), decoder (2), the
-    # stem's conv2 and the logits.
+    # stem's conv2, entry block 1's shortcut and the logits.
     fused = dict(summary.fused)
-    assert len(fused) == 3 + 3 + 2 + 2
+    assert len(fused) == 3 + 3 + 2 + 3
     assert not {type(new.get_layer(c)) for c in fused.values()} - {ReluConv2D}
     for relu, depthwise in (("entry_block1_sepconv1_relu", "entry_block1_sepconv1_depthwise"),
                             ("middle_unit1_sepconv2_relu", "middle_unit1_sepconv2_depthwise"),
@@ -246,3 +248,29 @@ def test_relu_with_two_consumers_is_not_fused():
     assert rewritten.get_layer("d2").input_padding == ((1, 1), (1, 1))
     images = np.random.RandomState(0).randn(2, 8, 8, 4).astype("float32")
     np.testing.assert_allclose(rewritten(images), single(images), atol=1e-6)
+
+
+def test_a_relu_used_by_convs_and_relus_is_fused_into_each_and_not_made(float64):
+    """Xception's entry block 1: `entry_conv2_relu` feeds a 1x1 conv and a ReLU (that
+    of a separable conv). Each reads the norm's output instead; only a user that is
+    neither (here an Add) keeps the ReLU as it is."""
+    x = keras.Input((9, 11, 4))
+    y = keras.layers.BatchNormalization(name="bn")(keras.layers.Conv2D(6, 3, name="c")(x))
+    r = keras.layers.ReLU(name="r")(y)
+    shortcut = keras.layers.Conv2D(5, 1, strides=2, name="shortcut")(r)
+    d = keras.layers.DepthwiseConv2D(3, strides=2, padding="same", name="d")(
+        keras.layers.ReLU(name="r_again")(r))
+    out = keras.layers.Add()([shortcut, keras.layers.Conv2D(5, 1, name="pw")(
+        keras.layers.BatchNormalization(name="d_bn")(d))])
+    model = keras.Model(x, out)
+    plan = memory.plan(model, fuse_separable=False)
+    assert ("r", "shortcut") in plan.fused and "r" not in {layer.name for layer in memory.rewrite(
+        model, fuse_separable=False).layers}
+    new = memory.rewrite(model)  # the separable conv recomputes from bn's output too
+    assert "r" not in {layer.name for layer in new.layers}
+    images = tf.constant(np.random.RandomState(0).randn(2, 9, 11, 4))
+    assert_same_training_step(model, new, images)
+    # An Add among the users: the ReLU stays, fused into none of them.
+    kept = keras.Model(x, keras.layers.Add()([r, keras.layers.Conv2D(6, 1, name="c2")(r)]))
+    assert memory.plan(kept).fused == []
+    assert "r" in {layer.name for layer in memory.rewrite(kept).layers}

@@ -120,6 +120,45 @@ def _relu_chain(graph, node):
     return relu, pad
 
 
+def _fusable_conv(layer, fuse_relu_depthwise, fuse_relu_conv):
+    """The twin that can take a ReLU into `layer`, a conv, or None."""
+    if type(layer) not in (keras.layers.DepthwiseConv2D, keras.layers.Conv2D):
+        return None
+    if len(layer._inbound_nodes) != 1 or layer.data_format != "channels_last":
+        return None
+    if type(layer) is keras.layers.DepthwiseConv2D:
+        return ReluDepthwiseConv2D if fuse_relu_depthwise else None
+    return ReluConv2D if fuse_relu_conv and getattr(layer, "groups", 1) == 1 else None
+
+
+def _shared_relus(graph, taken, fuse_relu_depthwise, fuse_relu_conv):
+    """{ReLU node: {conv name: twin}} for each plain ReLU used by several nodes, each of
+    them a conv that can take the ReLU in (its twin) or a plain ReLU (a ReLU of a
+    ReLU is that ReLU: it can read the ReLU's input as it is).
+
+    Such a ReLU's output is no longer made: its users read its input, which its
+    norm keeps anyway, instead of keeping a second tensor of that size (Xception's
+    `entry_conv2_relu`, read by `entry_block1`'s shortcut and first separable conv:
+    128 MiB at 1024x2048)."""
+    shared = {}
+    for node in graph.nodes:
+        users = graph.consumers[id(node.outputs[0])] if len(node.outputs) == 1 else []
+        if (len(users) < 2 or id(node) in taken or not _is_plain_relu(node.operation)
+                or id(node.outputs[0]) in graph.outputs
+                or len({id(user) for user in users}) != len(users)):
+            continue
+        twins = {}
+        for user in users:
+            twin = _fusable_conv(user.operation, fuse_relu_depthwise, fuse_relu_conv)
+            if twin is not None and id(user) not in taken:
+                twins[user.operation.name] = twin
+            elif not _is_plain_relu(user.operation):
+                break
+        else:
+            shared[node] = twins
+    return shared
+
+
 def _separable_chain(graph, conv):
     """[activation/ZeroPadding2D ->] DepthwiseConv2D -> norm [-> activation] -> `conv`:
     the nodes before `conv`, each used once, or None."""
@@ -191,10 +230,17 @@ def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=Tr
             separable |= inside | {id(node)}
             name = f"{depthwise.operation.name}_recompute"
             result.blocks[id(node)] = (name, inside, chain[0].input_tensors[0], node)
+    if fuse_relu_depthwise or fuse_relu_conv:
+        for relu, twins in _shared_relus(graph, taken, fuse_relu_depthwise,
+                                         fuse_relu_conv).items():
+            result.skipped.add(id(relu))
+            for name, cls in twins.items():
+                result.fused.append((relu.operation.name, name))
+                result.replacements[name] = (cls, {})
     for node in graph.nodes:
         layer = node.operation
-        if id(node) in separable:
-            continue  # the stock layers of a fused separable conv
+        if id(node) in separable or layer.name in result.replacements:
+            continue  # the stock layers of a fused separable conv, or a shared ReLU's user
         if inplace_norm and type(layer) in NORM_TWINS and layer.name not in result.replacements:
             result.inplace.append(layer.name)  # once, also for a layer called twice
             result.replacements[layer.name] = (NORM_TWINS[type(layer)], {})
