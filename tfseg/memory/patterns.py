@@ -144,8 +144,7 @@ def _shared_relus(graph, taken, fuse_relu_depthwise, fuse_relu_conv):
     for node in graph.nodes:
         users = graph.consumers[id(node.outputs[0])] if len(node.outputs) == 1 else []
         if (len(users) < 2 or id(node) in taken or not _is_plain_relu(node.operation)
-                or id(node.outputs[0]) in graph.outputs
-                or len({id(user) for user in users}) != len(users)):
+                or id(node.outputs[0]) in graph.outputs):
             continue
         twins = {}
         for user in users:
