@@ -69,15 +69,18 @@ def test_batch_norm_twin_matches_stock_under_xla(path):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=2e-6 * np.abs(a).max(), err_msg=name)
 
 
-def test_fused_rebuild_waits_for_the_gradient_by_a_data_edge():
-    """XLA drops control dependencies: the x the gradient kernel gets must depend on
-    the incoming gradient through data edges alone, or XLA may rebuild it in the
-    forward pass and keep it (the memory the twin exists to save)."""
+@pytest.mark.parametrize("jit_compile", [True, False], ids=["xla", "tf"])
+def test_fused_rebuild_waits_for_the_gradient_by_a_data_edge_under_xla_only(jit_compile):
+    """XLA drops control dependencies: there the x the gradient kernel gets must
+    depend on the incoming gradient through data edges, or XLA may rebuild it in the
+    forward pass and keep it (the memory the twin exists to save). TF's executor
+    keeps control dependencies, so there the gate is one, and no data edge costs an
+    add (and, on a full-size tensor, a copy alive during the rebuild)."""
     layer = InplaceBatchNormalization()
     shape = (2, 5, 6, 4)
     layer.build(shape)
 
-    @tf.function
+    @tf.function(jit_compile=jit_compile)
     def step(x, upstream):
         with tf.GradientTape() as tape:
             tape.watch(x)
@@ -88,13 +91,18 @@ def test_fused_rebuild_waits_for_the_gradient_by_a_data_edge():
     graph = step.get_concrete_function(spec, spec).graph
     (grad_op,) = [op for op in graph.get_operations() if op.type == "FusedBatchNormGradV3"]
     upstream = graph.inputs[1].op
-    seen, todo = set(), [grad_op.inputs[1].op]  # x; data inputs only, no control inputs
-    while todo:
-        op = todo.pop()
-        if op not in seen:
-            seen.add(op)
-            todo.extend(t.op for t in op.inputs)
-    assert upstream in seen
+
+    def ancestors(control):
+        seen, todo = set(), [grad_op.inputs[1].op]  # x
+        while todo:
+            op = todo.pop()
+            if op not in seen:
+                seen.add(op)
+                todo.extend([t.op for t in op.inputs] + (list(op.control_inputs) if control else []))
+        return seen
+
+    assert (upstream in ancestors(control=False)) is jit_compile
+    assert upstream in ancestors(control=True)
 
 
 @pytest.mark.parametrize("case", ["float64", "rank 3", "synchronized"])

@@ -8,6 +8,7 @@ from tfseg.layers.inplace_norm import (
     inplace_group_norm,
 )
 from tfseg.layers.recompute import Recompute
+from tfseg.layers.branches import SerialBranches
 from tfseg.layers.fused_conv import LeanDepthwiseConv2D, ReluConv2D, ReluDepthwiseConv2D, lean_conv
 from tfseg.layers.resize import ResizeLike
 
@@ -20,6 +21,7 @@ __all__ = [
     "ReluConv2D",
     "ReluDepthwiseConv2D",
     "ResizeLike",
+    "SerialBranches",
     "inplace_batch_norm",
     "inplace_group_norm",
     "lean_conv",

@@ -31,6 +31,7 @@ Prefer float32 norms (or `mixed_float16`) for such layers.
 import keras
 import tensorflow as tf
 from keras import ops
+from tensorflow.python.ops import control_flow_util  # XLA's context has no public test
 
 from tfseg.layers import fused_norm
 
@@ -58,15 +59,18 @@ def _gated(tensor, gradient, vector=None):
     """`tensor` usable only once `gradient` exists; with `vector`, (tensor, vector).
 
     Without the dependency on the incoming gradient, TF schedules the
-    reconstruction during the forward pass and keeps its result alive. The
-    control dependency orders it in TF; XLA drops control dependencies, so the
+    reconstruction during the forward pass and keeps its result alive. A control
+    dependency orders it in TF's executor, and costs nothing: the identity
+    forwards the buffer. XLA drops control dependencies, so under XLA (only) the
     gradient is also a data input: 0 * one of its elements (XLA does not fold
-    x * 0 for floats: NaN * 0). It is added to `vector` when given (a
-    per-channel tensor that every full-size op of the rebuild reads), which
-    saves the pass over the full-size `tensor` that adding it there costs.
+    x * 0 for floats: NaN * 0). That is a full-size add and a full-size copy
+    alive while the rebuild runs, unless `vector` is given (a per-channel tensor
+    that every full-size op of the rebuild reads), where it is added instead.
     """
     with tf.control_dependencies([gradient]):
         gated = tf.identity(tensor)
+    if not control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        return gated if vector is None else (gated, vector)
     flat = tf.reshape(gradient, [-1])
     zero = tf.reduce_sum(flat[: tf.minimum(tf.size(flat), 1)]) * 0
     if vector is None:

@@ -1,6 +1,7 @@
 """Memory-saving graph rewrites, and weights that move between the twins."""
 
-from tfseg.memory.patterns import Plan, Segment, plan
+from tfseg.memory.patterns import Plan, plan
+from tfseg.memory.segments import Segment
 from tfseg.memory.rewrite import rewrite
 from tfseg.memory.weights import checkpoint, copy_weights, variables_by_path
 

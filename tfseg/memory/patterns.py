@@ -13,6 +13,7 @@ from tfseg.layers import (
     ReluDepthwiseConv2D,
 )
 from tfseg.layers.recompute import is_linear_conv
+from tfseg.memory.segments import branch_nodes, producer, segment_nodes
 
 # Exact stock classes only: a subclass may change the maths.
 NORM_TWINS = {
@@ -21,19 +22,6 @@ NORM_TWINS = {
 }
 # Elementwise and deterministic, so a separable block can run them again.
 _ACTIVATIONS = (keras.layers.ReLU, keras.layers.Activation)
-
-
-@dataclasses.dataclass(frozen=True)
-class Segment:
-    """A block to recompute: every layer after `start` up to and including `end`.
-
-    `start` is the layer whose output is the block's only input; `end` makes its
-    only output. No tensor inside the block may be used outside it.
-    """
-
-    name: str
-    start: str
-    end: str
 
 
 @dataclasses.dataclass
@@ -45,6 +33,7 @@ class Plan:
     lean: list = dataclasses.field(default_factory=list)  # dilated depthwise convs
     inplace: list = dataclasses.field(default_factory=list)  # norm layers
     recomputed: list = dataclasses.field(default_factory=list)  # segment names
+    serial: dict = dataclasses.field(default_factory=dict, repr=False)  # name -> branch node ids
     replacements: dict = dataclasses.field(default_factory=dict, repr=False)
     skipped: set = dataclasses.field(default_factory=set, repr=False)  # ReLU/pad nodes
     # id(node) -> (segment name, nodes inside, block input tensor, tail conv or None)
@@ -94,8 +83,7 @@ class Graph:
         """The node that makes `node`'s single input and feeds nothing else, else None."""
         if len(node.input_tensors) != 1:
             return None
-        history = node.input_tensors[0]._keras_history
-        parent = history.operation._inbound_nodes[history.node_index]
+        parent = producer(node.input_tensors[0])
         if parent.is_input or self.only_consumer(parent) is not node:
             return None
         return parent
@@ -177,48 +165,21 @@ def _separable_chain(graph, conv):
     return chain
 
 
-def segment_nodes(graph, segment):
-    """The nodes of a `Segment`, its input tensor and its last node; checks it is cut off."""
-    start = graph.model.get_layer(segment.start).output
-    end = graph.model.get_layer(segment.end)
-    # Walk back from the end to the start tensor.
-    inside, stack = set(), [end._inbound_nodes[0]]
-    while stack:
-        node = stack.pop()
-        if id(node) in inside:
-            continue
-        inside.add(id(node))
-        for tensor in node.input_tensors:
-            if tensor is start:
-                continue
-            parent = tensor._keras_history.operation._inbound_nodes[tensor._keras_history.node_index]
-            if parent.is_input:
-                raise ValueError(f"recompute segment {segment.name!r}: {segment.start!r} does not cut it off")
-            stack.append(parent)
-    for node in graph.nodes:
-        if id(node) in inside and node.operation is not end:
-            for tensor in node.outputs:
-                used = graph.consumers[id(tensor)]
-                if id(tensor) in graph.outputs or any(id(user) not in inside for user in used):
-                    raise ValueError(
-                        f"recompute segment {segment.name!r}: {node.operation.name!r} is used outside it"
-                    )
-    return inside, start, end._inbound_nodes[0]
-
-
 def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
          inplace_norm=True, lean_dilated=True, recompute=None):
     """Finds what `rewrite` would change, without building anything. See `rewrite`."""
     graph = Graph(model)
     result = Plan(recomputed=[segment.name for segment in recompute or ()])
     taken = set()  # nodes inside a recompute segment or a fused separable conv
-    separable = set()  # the latter only
+    tails = set()  # the pointwise convs of fused separable convs: `Recompute` runs them
     for segment in recompute or ():
         inside, start, end = segment_nodes(graph, segment)
         if inside & taken:
             raise ValueError(f"recompute segment {segment.name!r} overlaps another")
         taken |= inside
         result.blocks[id(end)] = (segment.name, inside, start, None)
+        if segment.branches:
+            result.serial[segment.name] = branch_nodes(segment, inside, start, end)
     for node in graph.nodes if fuse_separable else ():
         chain = None if id(node) in taken else _separable_chain(graph, node)
         if chain and not {id(n) for n in chain} & taken:
@@ -226,7 +187,7 @@ def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=Tr
             result.separable.append((depthwise.operation.name, node.operation.name))
             inside = {id(n) for n in chain}
             taken |= inside | {id(node)}
-            separable |= inside | {id(node)}
+            tails.add(id(node))
             name = f"{depthwise.operation.name}_recompute"
             result.blocks[id(node)] = (name, inside, chain[0].input_tensors[0], node)
     if fuse_relu_depthwise or fuse_relu_conv:
@@ -238,8 +199,8 @@ def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=Tr
                 result.replacements[name] = (cls, {})
     for node in graph.nodes:
         layer = node.operation
-        if id(node) in separable or layer.name in result.replacements:
-            continue  # the stock layers of a fused separable conv, or a shared ReLU's user
+        if id(node) in tails or layer.name in result.replacements:
+            continue  # a separable conv's tail, or a shared ReLU's user
         if inplace_norm and type(layer) in NORM_TWINS and layer.name not in result.replacements:
             result.inplace.append(layer.name)  # once, also for a layer called twice
             result.replacements[layer.name] = (NORM_TWINS[type(layer)], {})

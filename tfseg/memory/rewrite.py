@@ -4,7 +4,7 @@ import logging
 
 import keras
 
-from tfseg.layers import Recompute
+from tfseg.layers import Recompute, SerialBranches
 from tfseg.memory.patterns import Graph, plan
 
 log = logging.getLogger("tfseg.memory")
@@ -20,7 +20,8 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         norm [-> activation] -> linear Conv2D chain (a separable conv, e.g.
         DeepLab's or MobileNetV2's) in `Recompute(block, tail=conv)`: it keeps
         only the chain's input, runs the cheap depthwise part again in the
-        backward pass and never runs the conv twice. Its layers stay stock.
+        backward pass and never runs the conv twice. Inside, the single-layer
+        twins below apply too, which shrinks the block's second run.
       fuse_relu_depthwise: replace ReLU [-> ZeroPadding2D] -> DepthwiseConv2D
         (either order) by `ReluDepthwiseConv2D`, where each output feeds only the
         next layer. ReLU6 and leaky ReLU are left alone (their masks are not
@@ -30,8 +31,9 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         `GroupNormalization` by its output-only twin.
       lean_dilated: replace the other dilated `DepthwiseConv2D`s by
         `LeanDepthwiseConv2D`, which does not keep a space-to-batch copy.
-      recompute: a sequence of `Segment`s to wrap in `Recompute`. Inside them the
-        other rewrites apply, but no separable fusion.
+      recompute: a sequence of `Segment`s to wrap in `Recompute` (in
+        `SerialBranches`: those with `branches=True`). Inside them the other
+        rewrites apply, but no separable fusion.
       recompute_layer: the layer class that wraps each segment, called as
         `recompute_layer(block, name=...)` (default `Recompute`); another is for
         comparisons, e.g. `tfseg.profile.anchors.RecomputeGrad` (tf.recompute_grad).
@@ -46,7 +48,8 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
     new_layers = {}
     nested = [n.operation.name for n in graph.nodes if isinstance(n.operation, keras.Model)]
     if nested:
-        log.warning("%s: nested models are copied as they are, not rewritten: %s", model.name, nested)
+        log.warning("%s: nested models are copied as they are, not rewritten: %s",
+                    model.name, nested)
 
     def twin(layer):
         if layer not in new_layers:
@@ -57,6 +60,13 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
     def block(name, inside, start, tail, end):
         block_input = keras.Input(batch_shape=start.shape, dtype=start.dtype)
         nodes = [n for n in graph.nodes if id(n) in inside]
+        if name in summary.serial:
+            return SerialBranches([
+                keras.Model(block_input, run([n for n in nodes if id(n) in branch],
+                                             {id(start): block_input}, outer=False)[id(t)],
+                            name=f"{name}_branch{i}")
+                for i, (branch, t) in enumerate(zip(summary.serial[name], end.input_tensors))
+            ], axis=end.operation.axis, name=name)
         last = nodes[-1] if tail is not None else end
         out = run(nodes, {id(start): block_input}, outer=False)[id(last.outputs[0])]
         tail = None if tail is None else twin(tail.operation)

@@ -141,7 +141,7 @@ def deeplab_v3_plus(
     model = keras.Model(inputs, outputs, name=name)
     if memory_saving or recompute:
         recompute = tuple(recompute or ())
-        segments = head_segments(model, features, recompute)
+        segments = head_segments(model, features, recompute, serial_aspp=memory_saving)
         if backbone is None:  # a backbone's own names were refused above
             body = tuple(n for n in recompute if n not in RECOMPUTE_HEAD)
             segments = xception.recompute_segments(features, body, middle_repeats) + segments
@@ -184,17 +184,25 @@ def _backbone_features(backbone, output_stride, input_shape, middle_repeats, rec
     return image, features, stride
 
 
-def head_segments(model, features, names):
+def head_segments(model, features, names, serial_aspp=False):
     """The `tfseg.memory.Segment`s of the head named in `names`: "aspp" runs from
     the backbone's output to the ASPP projection (the dropout after it draws a new
     mask each run, so it stays outside), "decoder" from the concatenation to its
-    last separable conv (the logits conv after it is small)."""
+    last separable conv (the logits conv after it is small).
+
+    `serial_aspp` (unless "aspp" is recomputed whole): the ASPP branches, up to
+    their concatenation, run their backward passes one at a time
+    (`tfseg.layers.SerialBranches`), at the price of one more forward run of them."""
     producer = lambda t: t._keras_history.operation.name  # noqa: E731
     ends = {
         "aspp": (producer(features["out"]), producer(model.get_layer("aspp_dropout").input)),
         "decoder": ("decoder_concat", producer(model.get_layer("logits").input)),
     }
-    return [memory.Segment(name, *ends[name]) for name in RECOMPUTE_HEAD if name in names]
+    segments = [memory.Segment(name, *ends[name]) for name in RECOMPUTE_HEAD if name in names]
+    if serial_aspp and "aspp" not in names:
+        segments.append(memory.Segment("aspp_branches", ends["aspp"][0], "aspp_concat",
+                                       branches=True))
+    return segments
 
 
 def part_of(layer_name, middle_repeats=None, specs=xception.XCEPTION65):

@@ -1,0 +1,69 @@
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfseg import memory
+from tfseg.layers import InplaceBatchNormalization, ReluDepthwiseConv2D, SerialBranches
+from tfseg.models import deeplab_v3_plus
+from tests.conftest import TINY
+from tests.memory.test_rewrite import H, W, assert_same_training_step
+
+
+def pyramid(shared=False):
+    """conv -> BN -> ReLU, then ASPP-like branches (one of them a separable conv, one
+    a dilated ReLU -> depthwise) joined by a Concatenate, then a 1x1 conv."""
+    x = keras.Input((11, 13, 4))
+    y = keras.layers.ReLU(name="stem_relu")(keras.layers.BatchNormalization(name="stem_bn")(
+        keras.layers.Conv2D(6, 3, name="stem")(x)))
+    one = keras.layers.Conv2D(5, 1, name="one")(y)
+    atrous = keras.layers.DepthwiseConv2D(3, dilation_rate=2, padding="same", name="atrous")(
+        keras.layers.ReLU(name="atrous_relu")(y))
+    atrous = keras.layers.BatchNormalization(name="atrous_bn")(atrous)
+    sep = keras.layers.DepthwiseConv2D(3, padding="same", name="sep_depthwise")(y)
+    sep = keras.layers.Conv2D(5, 1, name="sep_pointwise")(
+        keras.layers.BatchNormalization(name="sep_bn")(sep))
+    joined = keras.layers.Concatenate(name="join")([one, atrous, sep] + ([one] if shared else []))
+    return keras.Model(x, keras.layers.Conv2D(3, 1, name="head")(joined))
+
+
+def test_a_branches_segment_runs_its_branches_one_at_a_time_and_exactly(float64):
+    model = pyramid()
+    segment = memory.Segment("pyramid", "stem_relu", "join", branches=True)
+    plan = memory.plan(model, recompute=[segment])
+    assert [len(nodes) for nodes in plan.serial["pyramid"]] == [1, 3, 3]
+    new = memory.rewrite(model, recompute=[segment])
+    layer = new.get_layer("pyramid")
+    assert isinstance(layer, SerialBranches) and len(layer.branches) == 3
+    # Inside the branches the other twins apply, as inside a recompute segment.
+    assert isinstance(layer.branches[1].get_layer("atrous"), ReluDepthwiseConv2D)
+    assert isinstance(layer.branches[2].get_layer("sep_bn"), InplaceBatchNormalization)
+    assert "join" not in {layer.name for layer in new.layers}
+    images = tf.constant(np.random.RandomState(0).randn(2, 11, 13, 4))
+    assert_same_training_step(model, new, images)
+    assert_same_training_step(model, new, images, compiled=False)
+
+
+def test_a_branches_segment_must_end_in_a_concatenate_of_separate_branches():
+    with pytest.raises(ValueError, match="'head' is not a Concatenate"):
+        memory.plan(pyramid(), recompute=[memory.Segment("p", "stem_relu", "head", branches=True)])
+    with pytest.raises(ValueError, match="branches share layers"):
+        memory.plan(pyramid(shared=True),
+                    recompute=[memory.Segment("p", "stem_relu", "join", branches=True)])
+
+
+@pytest.mark.parametrize("norm", ["batch", "group"])
+@pytest.mark.parametrize("output_stride", [8, 16, 32])
+def test_memory_saving_deeplab_runs_the_aspp_branches_one_at_a_time(output_stride, norm, float64):
+    kwargs = dict(dropout=0.0, output_stride=output_stride, norm=norm, **TINY)
+    stock = deeplab_v3_plus(5, **kwargs)
+    new = deeplab_v3_plus(5, memory_saving=True, **kwargs)
+    aspp = new.get_layer("aspp_branches")
+    # Pooling, 1x1 and one separable branch per atrous rate (none at output stride 32).
+    assert len(aspp.branches) == 2 + {8: 3, 16: 3, 32: 0}[output_stride]
+    memory.copy_weights(stock, new)
+    images = np.random.RandomState(0).uniform(-1, 1, (2, H, W, 3))
+    assert_same_training_step(stock, new, images)
+    # Recomputing the whole ASPP instead leaves its branches to that block.
+    whole = deeplab_v3_plus(5, memory_saving=True, recompute=("aspp",), **kwargs)
+    assert not any(isinstance(layer, SerialBranches) for layer in whole.layers)
