@@ -190,6 +190,42 @@ def test_l2_decay_goes_through_momentum_and_decoupled_does_not(decay_type):
                                    err_msg=kernel.path)
 
 
+def test_each_l2_term_is_made_after_its_kernel_gradient():
+    """``wd * kernel`` needs nothing from the backward pass: without a dependency on the
+    kernel's gradient TF's executor makes every one of them when the backward pass
+    starts, and a scaled copy of all the kernels waits through it (157 MiB of the
+    simulated peak for Xception-65 at 513x513). Each must wait for its gradient."""
+    config = Config.from_flat(width_multiplier=0.25, middle_repeats=1, dropout=0.0,
+                              warmup_steps=0, train_steps=10, weight_decay=1e-4,
+                              weight_decay_type="l2")
+    model = builders.model(config, 3)
+    train_step = make_train_step(tf.distribute.get_strategy(), model,
+                                 builders.optimizer(config, model), PixelLoss(),
+                                 tf.Variable(0, dtype=tf.int64), False,
+                                 *builders.l2_weight_decay(config, model))
+    specs = ((tf.TensorSpec((2, 33, 33, 3), tf.uint8), tf.TensorSpec((2, 33, 33), tf.int32)),)
+    graph = train_step.get_concrete_function(*specs).graph
+    terms = [op for op in graph.get_operations()
+             if op.type == "Mul" and len(op.outputs[0].shape) == 4
+             and any(t.op.type == "ReadVariableOp" for t in op.inputs)]
+    assert len(terms) == len(builders.decayed_kernels(model)) > 10
+
+    def after_the_backward_pass_starts(op):
+        seen, todo = set(), [op]
+        while todo:
+            node = todo.pop()
+            for parent in [t.op for t in node.inputs] + list(node.control_inputs):
+                if parent.name.startswith("gradient_tape"):
+                    return True
+                if parent.name not in seen:
+                    seen.add(parent.name)
+                    todo.append(parent)
+        return False
+
+    for term in terms:
+        assert after_the_backward_pass_starts(term), term.name
+
+
 def test_updates_skipped_in_a_row_stop_the_run(mixed_float16):
     """A step whose gradients are always NaN (the loss is finite) never advances under
     loss scaling; the loop's counter logs it and raises ``NonFiniteLoss`` (exit 3) after
