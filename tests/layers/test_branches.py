@@ -66,29 +66,31 @@ def test_each_branch_runs_again_only_after_the_previous_branch_gradient():
         with tf.GradientTape() as tape:
             tape.watch(x)
             loss = tf.reduce_sum(layer(x, training=True) ** 2)
-        return tape.gradient(loss, x)
+        return loss, tape.gradient(loss, x)
 
     graph = step.get_concrete_function(spec).graph
 
-    def ancestors(op, seen=None):
-        seen = set() if seen is None else seen
-        for parent in [t.op for t in op.inputs] + list(op.control_inputs):
-            if parent.name not in seen:
-                seen.add(parent.name)
-                ancestors(parent, seen)
+    def ancestors(op):
+        seen, todo = set(), [op]
+        while todo:
+            node = todo.pop()
+            for parent in [t.op for t in node.inputs] + list(node.control_inputs):
+                if parent.name not in seen:
+                    seen.add(parent.name)
+                    todo.append(parent)
         return seen
 
-    def ops(prefix, kind):
-        found = [op for op in graph.get_operations()
-                 if op.type == kind and op.name.startswith(prefix)]
-        assert found, (prefix, kind)
+    forward = ancestors(graph.outputs[0].op)
+
+    def backward_ops(branch, kind):
+        found = [op for op in graph.get_operations() if op.type == kind
+                 and op.name not in forward and branch in op.name.split("/")]
+        assert found, (branch, kind)
         return found
 
-    # The forward run is in the layer's name scope ("serial_1/c2_1/..."); the
-    # second runs are in the branch models' own ("c2_1/..."), their gradients
-    # in the tape's ("gradient_tape/c1_1/...").
-    first = {op.name for op in ops("gradient_tape/c1_", "Conv2DBackpropInput")}
-    for rerun in ops("c2_", "DepthwiseConv2dNative"):
+    # The 1x1 conv branch's input gradient, then the dilated branch's second run.
+    first = {op.name for op in backward_ops("c1_1", "Conv2DBackpropInput")}
+    for rerun in backward_ops("c2_1", "DepthwiseConv2dNative"):
         assert first & ancestors(rerun), rerun.name
 
 

@@ -60,24 +60,25 @@ class SerialBranches(keras.layers.Layer):
             sizes = [y.shape[axis] if y.shape[axis] is not None else tf.shape(y)[axis] for y in ys]
 
             def backward(dz, variables=None):
-                variables = list(variables or [])
-                grads = [None] * len(variables)
-                dx, gate = None, dz
-                for branch, dy in zip(branches, tf.split(dz, sizes, axis)):
-                    x_again = _gated(x, gate)
-                    with tf.GradientTape() as tape:
-                        tape.watch(x_again)
-                        with keras.StatelessScope():
-                            y_again = branch(x_again, training=True)
-                    found = tape.gradient(y_again, [x_again] + variables, output_gradients=dy)
-                    if found[0] is not None:  # a branch may only read x's shape
-                        dx = found[0] if dx is None else dx + found[0]
-                        gate = dx
-                    grads = [g if f is None else f if g is None else g + f
-                             for g, f in zip(grads, found[1:])]
-                if dx is None:
-                    dx = tf.zeros_like(x)
-                return dx, grads
+                with tf.name_scope(self.name):
+                    variables = list(variables or [])
+                    grads = [None] * len(variables)
+                    dx, gate = None, dz
+                    for branch, dy in zip(branches, tf.split(dz, sizes, axis)):
+                        x_again = _gated(x, gate)
+                        with tf.GradientTape() as tape:
+                            tape.watch(x_again)
+                            with keras.StatelessScope():
+                                y_again = branch(x_again, training=True)
+                        found = tape.gradient(y_again, [x_again] + variables, output_gradients=dy)
+                        if found[0] is not None:  # a branch may only read x's shape
+                            dx = found[0] if dx is None else dx + found[0]
+                            gate = dx
+                        grads = [g if f is None else f if g is None else g + f
+                                 for g, f in zip(grads, found[1:])]
+                    if dx is None:
+                        dx = tf.zeros_like(x)
+                    return dx, grads
 
             return tf.concat(ys, axis), backward
 

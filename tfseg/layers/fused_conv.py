@@ -16,7 +16,8 @@ from keras import ops
 from tfseg.layers.inplace_norm import _gated
 
 
-def lean_conv(x, kernel, *, conv, input_grad=None, filter_grad=None, relu=False, pad=None):
+def lean_conv(x, kernel, *, conv, input_grad=None, filter_grad=None, relu=False, pad=None,
+              name=None):
     """conv(pad(relu(x)), kernel), keeping only x and kernel for the backward pass.
 
     Args:
@@ -27,6 +28,8 @@ def lean_conv(x, kernel, *, conv, input_grad=None, filter_grad=None, relu=False,
         TF builds from space-to-batch).
       relu: apply ReLU first; its gradient masks where x <= 0 (`ReluGrad`).
       pad: explicit [[top, bottom], [left, right]] zero padding.
+      name: the name scope of the backward pass's ops (the tape calls it outside
+        the layer's), e.g. the layer's name, so memory reports can attribute them.
     """
 
     def prepare(t):
@@ -39,21 +42,24 @@ def lean_conv(x, kernel, *, conv, input_grad=None, filter_grad=None, relu=False,
         y = conv(prepare(xs), ks)
 
         def backward(dy):
-            prepared = prepare(_gated(xs, dy))
-            if input_grad is not None:
-                d_prepared = input_grad(tf.shape(prepared), ks, dy)
-                d_kernel = filter_grad(prepared, tf.shape(ks), dy)
-            else:
-                with tf.GradientTape() as tape:
-                    tape.watch([prepared, ks])
-                    y_again = conv(prepared, ks)
-                d_prepared, d_kernel = tape.gradient(y_again, [prepared, ks], output_gradients=dy)
-            if pad is not None:
-                shape = tf.shape(xs)
-                d_prepared = d_prepared[:, pad[0][0] : pad[0][0] + shape[1], pad[1][0] : pad[1][0] + shape[2]]
-            if relu:
-                d_prepared = tf.raw_ops.ReluGrad(gradients=d_prepared, features=xs)
-            return d_prepared, d_kernel
+            with tf.name_scope(name or "lean_conv"):
+                prepared = prepare(_gated(xs, dy))
+                if input_grad is not None:
+                    d_prepared = input_grad(tf.shape(prepared), ks, dy)
+                    d_kernel = filter_grad(prepared, tf.shape(ks), dy)
+                else:
+                    with tf.GradientTape() as tape:
+                        tape.watch([prepared, ks])
+                        y_again = conv(prepared, ks)
+                    d_prepared, d_kernel = tape.gradient(y_again, [prepared, ks],
+                                                         output_gradients=dy)
+                if pad is not None:
+                    shape = tf.shape(xs)
+                    d_prepared = d_prepared[:, pad[0][0]:pad[0][0] + shape[1],
+                                            pad[1][0]:pad[1][0] + shape[2]]
+                if relu:
+                    d_prepared = tf.raw_ops.ReluGrad(gradients=d_prepared, features=xs)
+                return d_prepared, d_kernel
 
         return y, backward
 
@@ -82,7 +88,8 @@ def _depthwise(layer, inputs, relu, pad):
 
     kernel = ops.cast(layer.kernel, layer.compute_dtype)
     grads = {} if dilated else dict(input_grad=input_grad, filter_grad=filter_grad)
-    return _finish(layer, lean_conv(inputs, kernel, conv=conv, relu=relu, pad=pad, **grads))
+    return _finish(layer, lean_conv(inputs, kernel, conv=conv, relu=relu, pad=pad,
+                                    name=layer.name, **grads))
 
 
 def _channels_last(layer):
@@ -170,4 +177,5 @@ class ReluConv2D(keras.layers.Conv2D):
         grads = {}
         if tuple(self.dilation_rate) == (1, 1):
             grads = dict(input_grad=input_grad, filter_grad=filter_grad)
-        return _finish(self, lean_conv(inputs, kernel, conv=conv, relu=True, **grads))
+        return _finish(self, lean_conv(inputs, kernel, conv=conv, relu=True, name=self.name,
+                                       **grads))

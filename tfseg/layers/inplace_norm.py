@@ -78,12 +78,15 @@ def _gated(tensor, gradient, vector=None):
     return gated, vector + tf.cast(zero, vector.dtype)
 
 
-def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_epsilon=GAMMA_EPSILON):
+def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_epsilon=GAMMA_EPSILON,
+                       name=None):
     """Training-mode batch norm over all axes but the last, keeping only y.
 
     Returns (y in x.dtype, batch mean, biased batch variance); statistics are
     float32 (float64 for float64 x). Where TF's fused kernels apply
-    (`fused_norm.supports`), both passes run in them.
+    (`fused_norm.supports`), both passes run in them. `name`: the name scope of the
+    backward pass's ops (the tape calls it outside the layer's), e.g. the layer's
+    name, so memory reports can attribute them.
     """
     axes = list(range(len(x.shape) - 1))
     fused = fused_norm.supports(x, epsilon, synchronized)
@@ -108,22 +111,24 @@ def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_eps
         inv_std = tf.math.rsqrt(variance + epsilon)
 
         def backward(dy, *_):
-            if fused:  # x rebuilt from y for the gradient kernel
-                y_gated, k = _gated(y, dy, fused_norm.rebuild_scale(g, variance, epsilon))
-                x_again = fused_norm.rebuild_input(y_gated, k, mean, b)
-                dx, dgamma, dbeta = fused_norm.backward(dy, x_again, g, reserve, epsilon)
-                return dx, tf.cast(dgamma, gamma_dtype), tf.cast(dbeta, beta_dtype)
-            dy32 = tf.cast(dy, dtype)
-            y_gated, b_gated = _gated(y, dy, b)
-            x_hat = (tf.cast(y_gated, dtype) - b_gated) / g
-            sum_dy = tf.reduce_sum(dy32, axes)
-            sum_dy_xhat = tf.reduce_sum(dy32 * x_hat, axes)
-            count = tf.cast(tf.reduce_prod(tf.shape(dy32)[:-1]), dtype)
-            g_sum_dy, g_sum_dy_xhat, g_count = _all_reduce_sum(
-                [sum_dy, sum_dy_xhat, count], synchronized
-            )
-            dx = (g * inv_std) * (dy32 - g_sum_dy / g_count - x_hat * (g_sum_dy_xhat / g_count))
-            return tf.cast(dx, x_dtype), tf.cast(sum_dy_xhat, gamma_dtype), tf.cast(sum_dy, beta_dtype)
+            with tf.name_scope(name or "batch_norm"):
+                if fused:  # x rebuilt from y for the gradient kernel
+                    y_gated, k = _gated(y, dy, fused_norm.rebuild_scale(g, variance, epsilon))
+                    x_again = fused_norm.rebuild_input(y_gated, k, mean, b)
+                    dx, dgamma, dbeta = fused_norm.backward(dy, x_again, g, reserve, epsilon)
+                    return dx, tf.cast(dgamma, gamma_dtype), tf.cast(dbeta, beta_dtype)
+                dy32 = tf.cast(dy, dtype)
+                y_gated, b_gated = _gated(y, dy, b)
+                x_hat = (tf.cast(y_gated, dtype) - b_gated) / g
+                sum_dy = tf.reduce_sum(dy32, axes)
+                sum_dy_xhat = tf.reduce_sum(dy32 * x_hat, axes)
+                count = tf.cast(tf.reduce_prod(tf.shape(dy32)[:-1]), dtype)
+                g_sum_dy, g_sum_dy_xhat, g_count = _all_reduce_sum(
+                    [sum_dy, sum_dy_xhat, count], synchronized
+                )
+                dx = (g * inv_std) * (dy32 - g_sum_dy / g_count - x_hat * (g_sum_dy_xhat / g_count))
+                return (tf.cast(dx, x_dtype), tf.cast(sum_dy_xhat, gamma_dtype),
+                        tf.cast(sum_dy, beta_dtype))
 
         return (y, mean, variance), backward
 
@@ -155,8 +160,9 @@ def frozen_batch_norm(x, mean, variance, gamma, beta, *, epsilon):
     return forward(x)
 
 
-def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_EPSILON):
-    """Group norm over channels-last `x` (any rank >= 3), keeping only y."""
+def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_EPSILON, name=None):
+    """Group norm over channels-last `x` (any rank >= 3), keeping only y. `name`: as for
+    `inplace_batch_norm`."""
     channels = x.shape[-1]
     spatial_axes = list(range(1, len(x.shape) - 1))
     # Grouped layout [N, *spatial, G, C/G]; statistics over spatial and C/G.
@@ -182,21 +188,22 @@ def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_E
         y = tf.cast(tf.reshape(y, x_shape), x_dtype)
 
         def backward(dy):
-            dyg = grouped(tf.cast(dy, dtype))
-            y_gated, b_gated = _gated(y, dy, b)
-            x_hat = (grouped(tf.cast(y_gated, dtype)) - b_gated) / g
-            batch_and_spatial = [0] + spatial_axes
-            dbeta = tf.reduce_sum(dyg, batch_and_spatial)
-            dgamma = tf.reduce_sum(dyg * x_hat, batch_and_spatial)
-            dxhat = dyg * g
-            dx = inv_std * (
-                dxhat
-                - tf.reduce_mean(dxhat, stat_axes, keepdims=True)
-                - x_hat * tf.reduce_mean(dxhat * x_hat, stat_axes, keepdims=True)
-            )
-            dx = tf.cast(tf.reshape(dx, x_shape), x_dtype)
-            dgamma = tf.cast(tf.reshape(dgamma, [channels]), gamma_dtype)
-            return dx, dgamma, tf.cast(tf.reshape(dbeta, [channels]), beta_dtype)
+            with tf.name_scope(name or "group_norm"):
+                dyg = grouped(tf.cast(dy, dtype))
+                y_gated, b_gated = _gated(y, dy, b)
+                x_hat = (grouped(tf.cast(y_gated, dtype)) - b_gated) / g
+                batch_and_spatial = [0] + spatial_axes
+                dbeta = tf.reduce_sum(dyg, batch_and_spatial)
+                dgamma = tf.reduce_sum(dyg * x_hat, batch_and_spatial)
+                dxhat = dyg * g
+                dx = inv_std * (
+                    dxhat
+                    - tf.reduce_mean(dxhat, stat_axes, keepdims=True)
+                    - x_hat * tf.reduce_mean(dxhat * x_hat, stat_axes, keepdims=True)
+                )
+                dx = tf.cast(tf.reshape(dx, x_shape), x_dtype)
+                dgamma = tf.cast(tf.reshape(dgamma, [channels]), gamma_dtype)
+                return dx, dgamma, tf.cast(tf.reshape(dbeta, [channels]), beta_dtype)
 
         return y, backward
 
@@ -239,8 +246,8 @@ class InplaceBatchNormalization(keras.layers.BatchNormalization):
             return super().call(inputs, training=training, mask=mask)
         gamma, beta = _affine(self, inputs)
         y, mean, variance = inplace_batch_norm(
-            inputs, gamma, beta, epsilon=self.epsilon, synchronized=self.synchronized
-        )
+            inputs, gamma, beta, epsilon=self.epsilon, synchronized=self.synchronized,
+            name=self.name)
         for var, value in ((self.moving_mean, mean), (self.moving_variance, variance)):
             value = tf.stop_gradient(value)
             var.assign(ops.cast(var, value.dtype) * self.momentum + value * (1.0 - self.momentum))
@@ -261,5 +268,6 @@ class InplaceGroupNormalization(keras.layers.GroupNormalization):
         if self.axis not in (-1, len(inputs.shape) - 1):
             return super().call(inputs)
         gamma, beta = _affine(self, inputs)
-        y = inplace_group_norm(inputs, gamma, beta, groups=self.groups, epsilon=self.epsilon)
+        y = inplace_group_norm(inputs, gamma, beta, groups=self.groups, epsilon=self.epsilon,
+                               name=self.name)
         return ops.cast(y, self.compute_dtype)

@@ -62,17 +62,18 @@ class Recompute(keras.layers.Layer):
                 z = y if tail is None else tail(y)
 
             def backward(dz, variables=None):
-                x_again = _gated(x, dz)
-                with tf.GradientTape() as tape:
-                    tape.watch(x_again)
-                    with keras.StatelessScope():
-                        y_again = block(x_again, training=True)
-                dy, tail_grads = (dz, {}) if tail is None else _tail_backward(tail, y_again, dz)
-                variables = list(variables or [])
-                inner = [v for v in variables if v.ref() not in tail_grads]
-                grads = tape.gradient(y_again, [x_again] + inner, output_gradients=dy)
-                by_ref = {**dict((v.ref(), g) for v, g in zip(inner, grads[1:])), **tail_grads}
-                return grads[0], [by_ref[v.ref()] for v in variables]
+                with tf.name_scope(self.name):
+                    x_again = _gated(x, dz)
+                    with tf.GradientTape() as tape:
+                        tape.watch(x_again)
+                        with keras.StatelessScope():
+                            y_again = block(x_again, training=True)
+                    dy, tail_grads = (dz, {}) if tail is None else _tail_backward(tail, y_again, dz)
+                    variables = list(variables or [])
+                    inner = [v for v in variables if v.ref() not in tail_grads]
+                    grads = tape.gradient(y_again, [x_again] + inner, output_gradients=dy)
+                    by_ref = {**dict((v.ref(), g) for v, g in zip(inner, grads[1:])), **tail_grads}
+                    return grads[0], [by_ref[v.ref()] for v in variables]
 
             return z, backward
 
