@@ -5,6 +5,7 @@ import tensorflow as tf
 from tensorflow.python.eager import record  # stop_recording has no public name
 
 from tfseg.layers.inplace_norm import _gated
+from tfseg.layers.recompute import refuse_dropout
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
@@ -33,10 +34,7 @@ class SerialBranches(keras.layers.Layer):
 
     def __init__(self, branches, axis=-1, **kwargs):
         super().__init__(**kwargs)
-        random = [layer.name for b in branches for layer in b._flatten_layers()
-                  if isinstance(layer, keras.layers.Dropout)]
-        if random:
-            raise ValueError(f"{self.name}: cannot run branches with dropout again: {random}")
+        refuse_dropout(self.name, branches)
         if len(branches) < 2:
             raise ValueError(f"{self.name}: needs two branches or more, got {len(branches)}")
         self.branches = list(branches)

@@ -31,10 +31,7 @@ class Recompute(keras.layers.Layer):
 
     def __init__(self, block, tail=None, **kwargs):
         super().__init__(**kwargs)
-        random = [l.name for l in block._flatten_layers() if isinstance(l, keras.layers.Dropout)]
-        if random:
-            # The second run would draw other masks: silently wrong gradients.
-            raise ValueError(f"{self.name}: cannot recompute a block with dropout: {random}")
+        refuse_dropout(self.name, [block])
         if tail is not None and not is_linear_conv(tail):
             raise ValueError(f"{self.name}: the tail must be a linear, undilated, channels_last Conv2D")
         if tail is not None and not tail.built:
@@ -96,6 +93,15 @@ class Recompute(keras.layers.Layer):
         if config.get("tail") is not None:
             config["tail"] = keras.saving.deserialize_keras_object(config["tail"])
         return cls(**config)
+
+
+def refuse_dropout(name, blocks):
+    """Raises if a block that runs again has a dropout layer: the second run would draw
+    other masks, and the gradients would be silently wrong."""
+    random = [layer.name for block in blocks for layer in block._flatten_layers()
+              if isinstance(layer, keras.layers.Dropout)]
+    if random:
+        raise ValueError(f"{name}: cannot run a block with dropout again: {random}")
 
 
 def is_linear_conv(layer):
