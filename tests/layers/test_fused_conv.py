@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from tfseg.layers import LeanDepthwiseConv2D, ReluConv2D, ReluDepthwiseConv2D
+from tfseg.layers import dilated
 from tests.layers.twins import ReluThenDepthwise, compare
 
 CASES = {
@@ -16,6 +17,14 @@ CASES = {
     "dilation3_valid": dict(padding="valid", dilation_rate=3),
     "bias_multiplier": dict(padding="same", use_bias=True, depth_multiplier=2),
 }
+
+
+@pytest.fixture(params=["shifted", "space_to_batch"])
+def dilated_form(request, monkeypatch):
+    """Runs a test with each form of the dilated twins: the shifted taps (wherever
+    they apply) and TF's space-to-batch (never the taps)."""
+    monkeypatch.setattr(dilated, "MIN_COPY_RATIO", 0.0 if request.param == "shifted" else np.inf)
+    return request.param
 
 
 class ReluPadDepthwise(keras.layers.DepthwiseConv2D):
@@ -39,7 +48,7 @@ class ReluThenConv(keras.layers.Conv2D):
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf_function"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_relu_depthwise_matches_stock(case, compiled):
+def test_relu_depthwise_matches_stock(case, compiled, dilated_form):
     kwargs = CASES[case]
     compare(ReluThenDepthwise(3, **kwargs), ReluDepthwiseConv2D(3, **kwargs), (2, 13, 11, 6),
             compiled)
@@ -48,15 +57,16 @@ def test_relu_depthwise_matches_stock(case, compiled):
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf_function"])
 @pytest.mark.parametrize("padding,rate", [(((1, 1), (1, 1)), 1), (((2, 2), (2, 2)), 2),
                                           (((0, 1), (1, 0)), 1)])
-def test_folded_zero_padding_matches_stock(padding, rate, compiled):
+def test_folded_zero_padding_matches_stock(padding, rate, compiled, dilated_form):
     kwargs = dict(strides=2 if rate == 1 else 1, dilation_rate=rate, padding="valid")
     compare(ReluPadDepthwise(3, input_padding=padding, **kwargs),
             ReluDepthwiseConv2D(3, input_padding=padding, **kwargs), (2, 13, 11, 6), compiled)
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf_function"])
-@pytest.mark.parametrize("rate,padding", [(2, "same"), (6, "same"), (3, "valid")])
-def test_lean_dilated_depthwise_matches_stock(rate, padding, compiled):
+@pytest.mark.parametrize("rate,padding", [(2, "same"), (6, "same"), (3, "valid"), (8, "same"),
+                                          ((2, 3), "same"), ((3, 2), "valid")])
+def test_lean_dilated_depthwise_matches_stock(rate, padding, compiled, dilated_form):
     kwargs = dict(dilation_rate=rate, padding=padding)
     compare(keras.layers.DepthwiseConv2D(3, **kwargs), LeanDepthwiseConv2D(3, **kwargs),
             (2, 15, 13, 5), compiled)
@@ -71,6 +81,31 @@ def test_relu_conv_matches_stock(kwargs, compiled):
     if kwargs.get("dilation_rate") == 2 and os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "0":
         pytest.skip("TF's own CPU kernels cannot backprop a dilated Conv2D, stock or twin")
     compare(ReluThenConv(7, **kwargs), ReluConv2D(7, **kwargs), (2, 11, 9, 6), compiled)
+
+
+def step_op_types(layer, shape):
+    layer.build(shape)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+        return tape.gradient(y, [x] + layer.trainable_weights)
+
+    graph = step.get_concrete_function(tf.TensorSpec(shape, tf.float32)).graph
+    return {op.type for op in graph.get_operations()}
+
+
+@pytest.mark.parametrize("cls", [LeanDepthwiseConv2D, ReluDepthwiseConv2D])
+def test_dilated_twins_make_no_space_to_batch_copy(cls):
+    """TF's dilated depthwise conv pads a space-to-batch copy up to a multiple of the
+    rate (4.8x the input at ASPP's rate 18 on 33x33), forward and backward. The
+    twins sum shifted taps instead; the stock layer shows what the test looks for."""
+    shape, kwargs = (2, 33, 33, 4), dict(dilation_rate=18, padding="same")
+    space_to_batch = {"SpaceToBatchND", "BatchToSpaceND"}
+    assert space_to_batch <= step_op_types(keras.layers.DepthwiseConv2D(3, **kwargs), shape)
+    assert not space_to_batch & step_op_types(cls(3, **kwargs), shape)
 
 
 def test_input_gradient_is_masked_where_input_is_not_positive():
@@ -93,6 +128,9 @@ def test_fused_convs_under_mixed_bfloat16(mixed_bfloat16):
             (2, 9, 7, 8), compiled=True, dtype="bfloat16", rtol=2e-2, atol=5e-2)
     compare(ReluThenConv(4, 1), ReluConv2D(4, 1), (2, 9, 7, 8), compiled=True, dtype="bfloat16",
             rtol=2e-2, atol=5e-2)
+    dilated_kwargs = dict(padding="same", dilation_rate=4)  # the shifted taps
+    compare(ReluThenDepthwise(3, **dilated_kwargs), ReluDepthwiseConv2D(3, **dilated_kwargs),
+            (2, 9, 7, 8), compiled=True, dtype="bfloat16", rtol=2e-2, atol=5e-2)
 
 
 @pytest.mark.slow

@@ -221,3 +221,42 @@ def test_property_many_random_shapes():
         groups = int(rng.choice([g for g in (1, 2, 3, 4) if channels % g == 0]))
         compare(keras.layers.GroupNormalization(groups=groups),
                 InplaceGroupNormalization(groups=groups), shape, compiled=bool(trial % 2), seed=trial)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf_function"])
+@pytest.mark.parametrize("kind", ["batch_fused", "batch_unfused", "group"])
+def test_twins_add_a_residual_as_a_following_add_does(kind, compiled):
+    """norm(x, residual=r) == Add()([norm(x), r]): outputs, gradients of x, r, gamma
+    and beta, moving statistics. The twin rebuilds y as the sum minus r."""
+    shape = (2, 9, 11, 8)
+    if kind == "group":
+        stock, twin = keras.layers.GroupNormalization(4), InplaceGroupNormalization(4)
+    else:
+        epsilon = EPSILONS[kind.split("_")[1]]
+        stock = keras.layers.BatchNormalization(epsilon=epsilon)
+        twin = InplaceBatchNormalization(epsilon=epsilon)
+    rng = np.random.RandomState(0)
+    x, r, upstream = (tf.constant(rng.randn(*shape).astype("float32")) for _ in range(3))
+    for layer in (stock, twin):
+        layer.build(shape)
+    for w in stock.trainable_weights:
+        w.assign(w.numpy() + rng.randn(*w.shape).astype("float32") * 0.5)
+    twin.set_weights(stock.get_weights())
+
+    def step(layer, call):
+        def run():
+            with tf.GradientTape() as tape:
+                tape.watch([x, r])
+                z = call(layer)
+                loss = tf.reduce_sum(z * upstream)
+            return [z] + tape.gradient(loss, [x, r] + layer.trainable_weights)
+        return (tf.function(run) if compiled else run)()
+
+    got = step(stock, lambda layer: keras.layers.Add()([layer(x, training=True), r]))
+    want = step(twin, lambda layer: layer(x, training=True, residual=r))
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-4, atol=1e-4)
+    for a, b in zip(stock.non_trainable_weights, twin.non_trainable_weights):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-6, atol=1e-7)
+    if kind == "batch_fused" and compiled:
+        assert FUSED_OPS <= step_op_types(twin, x)

@@ -6,6 +6,7 @@ import tensorflow as tf
 from tfseg import memory
 from tfseg.layers import InplaceBatchNormalization, ReluDepthwiseConv2D, SerialBranches
 from tfseg.models import deeplab_v3_plus
+from tfseg.profile.analysis import _layer_names, kept_tensors
 from tests.conftest import TINY
 from tests.memory.test_rewrite import H, W, assert_same_training_step
 
@@ -67,3 +68,64 @@ def test_memory_saving_deeplab_runs_the_aspp_branches_one_at_a_time(output_strid
     # Recomputing the whole ASPP instead leaves its branches to that block.
     whole = deeplab_v3_plus(5, memory_saving=True, recompute=("aspp",), **kwargs)
     assert not any(isinstance(layer, SerialBranches) for layer in whole.layers)
+
+
+def residual_net(norm):
+    """conv -> norm -> Add(conv shortcut -> norm) -> ReLU -> conv -> norm -> Add(identity)."""
+    def make_norm(name):
+        return (keras.layers.BatchNormalization(name=name) if norm == "batch"
+                else keras.layers.GroupNormalization(2, name=name))
+
+    x = keras.Input((9, 7, 4))
+    a = make_norm("bn1")(keras.layers.Conv2D(6, 3, padding="same", name="c1")(x))
+    s = make_norm("shortcut_bn")(keras.layers.Conv2D(6, 1, name="shortcut")(x))
+    z = keras.layers.Add(name="add1")([a, s])
+    b = keras.layers.Conv2D(6, 3, padding="same", name="c2")(keras.layers.ReLU(name="r")(z))
+    return keras.Model(x, keras.layers.Add(name="add2")([z, make_norm("bn2")(b)]))
+
+
+def kept_bytes(model, images):
+    @tf.function
+    def step(images):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(images, training=True) ** 2)
+        return loss, tape.gradient(loss, model.trainable_variables)
+
+    graph = step.get_concrete_function(images).graph
+    loss = graph.outputs[0]
+    return sum(k.bytes for k in kept_tensors(graph, loss, _layer_names(model)))
+
+
+@pytest.mark.parametrize("norm", ["batch", "group"])
+def test_a_norm_before_a_residual_add_keeps_the_sum_not_its_output(norm, float64):
+    """A residual connection y + shortcut after an output-only norm kept three
+    tensors: y (the norm's backward), the sum (the next layer's) and the shortcut
+    (its producer's). The folded norm returns and keeps the sum, and rebuilds y as
+    sum - shortcut: one activation less per connection, within an ulp of the sum."""
+    model = residual_net(norm)
+    plan = memory.plan(model)
+    assert plan.residual == [("bn1", "add1"), ("bn2", "add2")]
+    new = memory.rewrite(model)
+    assert {"add1", "add2"}.isdisjoint(layer.name for layer in new.layers)
+    images = tf.constant(np.random.RandomState(0).randn(2, 9, 7, 4))
+    assert_same_training_step(model, new, images)
+    np.testing.assert_allclose(new(images, training=False), model(images, training=False))
+    unfolded = memory.rewrite(model, fold_residual=False)
+    assert {"add1", "add2"} <= {layer.name for layer in unfolded.layers}
+    activation = 2 * 9 * 7 * 6 * 8  # float64
+    assert kept_bytes(new, images) == kept_bytes(unfolded, images) - 2 * activation
+    for name in ("bn1", "bn2"):  # frozen: inference mode in training too
+        new.get_layer(name).trainable = model.get_layer(name).trainable = False
+    np.testing.assert_allclose(new(images, training=True), model(images, training=True))
+
+
+def test_residual_adds_are_folded_only_where_the_norm_feeds_nothing_else():
+    x = keras.Input((9, 7, 4))
+    y = keras.layers.BatchNormalization(name="bn")(keras.layers.Conv2D(4, 1, name="c")(x))
+    also_used = keras.Model(x, [keras.layers.Add(name="add")([y, x]), y])
+    assert memory.plan(also_used).residual == []
+    other = keras.Input((1, 1, 4))
+    broadcast = keras.Model([x, other], keras.layers.Add(name="add")([y, other]))
+    assert memory.plan(broadcast).residual == []
+    three = keras.Model(x, keras.layers.Add(name="add")([y, x, x]))
+    assert memory.plan(three).residual == []

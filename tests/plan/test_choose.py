@@ -25,9 +25,10 @@ def test_a_budget_between_two_plans_picks_the_faster_that_fits_and_its_step_stay
     run = functools.lru_cache(maxsize=None)(measure)
     stock = run(STEP.replace(variant="stock", recompute_blocks=()))
     saving = run(STEP.replace(variant="memory_saving", recompute_blocks=()))
-    # At this size the saving is ~0.78x stock's total, and a process measures up to ~15%
-    # high under load (memory saving: 64.7-66.3 MB idle, 75.4 MB beside another test):
-    # the check below needs only the order, whatever each measured.
+    # At this size the saving is ~0.25x stock's total (21 of 87 MiB idle; stock keeps
+    # ASPP's space-to-batch copies, 46x the input at rate 18 on 7x9), and a
+    # process measures up to ~15% high under load: the check below needs only the
+    # order, whatever each measured.
     assert _total(saving) < _total(stock)
 
     # Between the two measured needs: stock (faster) does not fit, memory saving does.
@@ -50,4 +51,4 @@ def test_a_budget_between_two_plans_picks_the_faster_that_fits_and_its_step_stay
     with pytest.raises(InputError, match=r"no plan fits .* the smallest, memory saving \+ "
                                          r"recompute .* needs .* at batch 3 and 97x129; "
                                          r"(batch [12]|batch 1 with a \d+x\d+ crop) would fit"):
-        choose(STEP, _total(saving) // 4, 0, verify=False, log=lines.append, measure=run)
+        choose(STEP, _total(saving) // 2, 0, verify=False, log=lines.append, measure=run)

@@ -1,12 +1,7 @@
 """tfseg layers: resize and the memory-saving twins of stock Keras compositions."""
 
-from tfseg.layers.inplace_norm import (
-    GAMMA_EPSILON,
-    InplaceBatchNormalization,
-    InplaceGroupNormalization,
-    inplace_batch_norm,
-    inplace_group_norm,
-)
+from tfseg.layers.inplace_norm import GAMMA_EPSILON, inplace_batch_norm, inplace_group_norm
+from tfseg.layers.norm_layers import InplaceBatchNormalization, InplaceGroupNormalization
 from tfseg.layers.recompute import Recompute
 from tfseg.layers.branches import SerialBranches
 from tfseg.layers.fused_conv import LeanDepthwiseConv2D, ReluConv2D, ReluDepthwiseConv2D, lean_conv

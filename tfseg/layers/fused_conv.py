@@ -13,6 +13,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from tfseg.layers import dilated
 from tfseg.layers.inplace_norm import _gated
 
 
@@ -75,7 +76,9 @@ def _finish(layer, outputs):
 def _depthwise(layer, inputs, relu, pad):
     strides = [1, *layer.strides, 1]
     padding = layer.padding.upper()
-    dilated = tuple(layer.dilation_rate) != (1, 1)
+    kernel = ops.cast(layer.kernel, layer.compute_dtype)
+    if dilated.usable(layer, inputs.shape):
+        return _finish(layer, _shifted_depthwise(layer, inputs, kernel, relu, pad))
 
     def conv(t, k):
         return tf.nn.depthwise_conv2d(t, k, strides, padding, dilations=layer.dilation_rate)
@@ -86,10 +89,27 @@ def _depthwise(layer, inputs, relu, pad):
     def filter_grad(t, shape, dy):
         return tf.nn.depthwise_conv2d_backprop_filter(t, shape, dy, strides, padding)
 
-    kernel = ops.cast(layer.kernel, layer.compute_dtype)
-    grads = {} if dilated else dict(input_grad=input_grad, filter_grad=filter_grad)
+    # Dilated where the shifted taps do not apply or pay: TF's space-to-batch form.
+    grads = {} if tuple(layer.dilation_rate) != (1, 1) else dict(input_grad=input_grad,
+                                                                 filter_grad=filter_grad)
     return _finish(layer, lean_conv(inputs, kernel, conv=conv, relu=relu, pad=pad,
                                     name=layer.name, **grads))
+
+
+def _shifted_depthwise(layer, inputs, kernel, relu, pad):
+    """A dilated depthwise conv without space-to-batch (`tfseg.layers.dilated`)."""
+    rate, kernel_hw = tuple(layer.dilation_rate), tuple(layer.kernel_size)
+    pads = ([(0, 0), (0, 0)] if layer.padding == "valid"
+            else dilated.same_pads(kernel_hw, rate))
+    if pad is not None:  # a folded ZeroPadding2D adds to the conv's own
+        pads = [(a + p[0], b + p[1]) for (a, b), p in zip(pads, pad)]
+    in_hw = tuple(inputs.shape[1:3])
+
+    return lean_conv(
+        inputs, kernel, relu=relu, name=layer.name,
+        conv=lambda t, k: dilated.depthwise(t, k, rate, pads),
+        input_grad=lambda shape, k, dy: dilated.input_grad(dy, k, rate, pads, in_hw),
+        filter_grad=lambda t, shape, dy: dilated.filter_grad(t, dy, kernel_hw, rate, pads))
 
 
 def _channels_last(layer):

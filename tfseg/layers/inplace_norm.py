@@ -28,7 +28,6 @@ beta = 0 and gamma = 1, gradients are within about 0.5% of stock bf16. Where
 Prefer float32 norms (or `mixed_float16`) for such layers.
 """
 
-import keras
 import tensorflow as tf
 from keras import ops
 from tensorflow.python.ops import control_flow_util  # XLA's context has no public test
@@ -78,15 +77,31 @@ def _gated(tensor, gradient, vector=None):
     return gated, vector + tf.cast(zero, vector.dtype)
 
 
+def _plus_residual(y, residual):
+    """(y + residual, rebuild): with a residual connection right after the norm, the
+    backward pass keeps the sum (which the next layer keeps anyway) and the
+    residual (kept by its own producer) instead of y, and rebuilds y = z - residual.
+    That differs from y by at most an ulp of z (in y's dtype)."""
+    if not residual:
+        return y, lambda out: out
+    r = tf.stop_gradient(residual[0])  # see inplace_batch_norm's stop_gradient
+    return y + tf.cast(r, y.dtype), lambda z: z - tf.cast(r, z.dtype)
+
+
+def _residual_grad(dz, residual):
+    return [tf.cast(dz, residual[0].dtype)] if residual else []
+
+
 def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_epsilon=GAMMA_EPSILON,
-                       name=None):
+                       name=None, residual=None):
     """Training-mode batch norm over all axes but the last, keeping only y.
 
     Returns (y in x.dtype, batch mean, biased batch variance); statistics are
     float32 (float64 for float64 x). Where TF's fused kernels apply
     (`fused_norm.supports`), both passes run in them. `name`: the name scope of the
     backward pass's ops (the tape calls it outside the layer's), e.g. the layer's
-    name, so memory reports can attribute them.
+    name, so memory reports can attribute them. `residual`: a tensor of y's shape
+    added to y (returned as the output); the backward pass then keeps the sum, not y.
     """
     axes = list(range(len(x.shape) - 1))
     fused = fused_norm.supports(x, epsilon, synchronized)
@@ -95,7 +110,7 @@ def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_eps
     x_dtype, gamma_dtype, beta_dtype = x.dtype, gamma.dtype, beta.dtype
 
     @tf.custom_gradient
-    def forward(x, gamma, beta):
+    def forward(x, gamma, beta, *residual):
         # stop_gradient: in eager mode the ops in here would otherwise be recorded
         # on the outer tape and keep x alive.
         g = _guard(tf.cast(tf.stop_gradient(gamma), dtype), gamma_epsilon)
@@ -107,19 +122,20 @@ def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_eps
             mean, variance = ops.moments(x32, axes=axes, synchronized=synchronized)
             y = ops.batch_normalization(x32, mean, variance, axis=-1, offset=b, scale=g,
                                         epsilon=epsilon)
-        y = tf.cast(y, x.dtype)
+        out, rebuild = _plus_residual(tf.cast(y, x.dtype), residual)
         inv_std = tf.math.rsqrt(variance + epsilon)
 
         def backward(dy, *_):
             with tf.name_scope(name or "batch_norm"):
+                more = _residual_grad(dy, residual)
                 if fused:  # x rebuilt from y for the gradient kernel
-                    y_gated, k = _gated(y, dy, fused_norm.rebuild_scale(g, variance, epsilon))
-                    x_again = fused_norm.rebuild_input(y_gated, k, mean, b)
+                    out_gated, k = _gated(out, dy, fused_norm.rebuild_scale(g, variance, epsilon))
+                    x_again = fused_norm.rebuild_input(rebuild(out_gated), k, mean, b)
                     dx, dgamma, dbeta = fused_norm.backward(dy, x_again, g, reserve, epsilon)
-                    return dx, tf.cast(dgamma, gamma_dtype), tf.cast(dbeta, beta_dtype)
+                    return (dx, tf.cast(dgamma, gamma_dtype), tf.cast(dbeta, beta_dtype), *more)
                 dy32 = tf.cast(dy, dtype)
-                y_gated, b_gated = _gated(y, dy, b)
-                x_hat = (tf.cast(y_gated, dtype) - b_gated) / g
+                out_gated, b_gated = _gated(out, dy, b)
+                x_hat = (tf.cast(rebuild(out_gated), dtype) - b_gated) / g
                 sum_dy = tf.reduce_sum(dy32, axes)
                 sum_dy_xhat = tf.reduce_sum(dy32 * x_hat, axes)
                 count = tf.cast(tf.reduce_prod(tf.shape(dy32)[:-1]), dtype)
@@ -128,11 +144,11 @@ def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_eps
                 )
                 dx = (g * inv_std) * (dy32 - g_sum_dy / g_count - x_hat * (g_sum_dy_xhat / g_count))
                 return (tf.cast(dx, x_dtype), tf.cast(sum_dy_xhat, gamma_dtype),
-                        tf.cast(sum_dy, beta_dtype))
+                        tf.cast(sum_dy, beta_dtype), *more)
 
-        return (y, mean, variance), backward
+        return (out, mean, variance), backward
 
-    return forward(x, gamma, beta)
+    return forward(x, gamma, beta, *([] if residual is None else [residual]))
 
 
 def frozen_batch_norm(x, mean, variance, gamma, beta, *, epsilon):
@@ -160,9 +176,10 @@ def frozen_batch_norm(x, mean, variance, gamma, beta, *, epsilon):
     return forward(x)
 
 
-def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_EPSILON, name=None):
-    """Group norm over channels-last `x` (any rank >= 3), keeping only y. `name`: as for
-    `inplace_batch_norm`."""
+def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_EPSILON, name=None,
+                       residual=None):
+    """Group norm over channels-last `x` (any rank >= 3), keeping only y. `name` and
+    `residual`: as for `inplace_batch_norm`."""
     channels = x.shape[-1]
     spatial_axes = list(range(1, len(x.shape) - 1))
     # Grouped layout [N, *spatial, G, C/G]; statistics over spatial and C/G.
@@ -175,7 +192,7 @@ def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_E
         return tf.reshape(t, tf.concat([tf.shape(t)[:-1], per_group], 0))
 
     @tf.custom_gradient
-    def forward(x, gamma, beta):
+    def forward(x, gamma, beta, *residual):
         xg = grouped(tf.cast(tf.stop_gradient(x), dtype))
         g = tf.reshape(_guard(tf.cast(tf.stop_gradient(gamma), dtype), gamma_epsilon), per_group)
         b = tf.reshape(tf.cast(tf.stop_gradient(beta), dtype), per_group)
@@ -185,13 +202,13 @@ def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_E
         scale = inv_std * g
         y = xg * scale + (b - mean * scale)
         x_shape = tf.shape(x)  # not x itself: see inplace_batch_norm
-        y = tf.cast(tf.reshape(y, x_shape), x_dtype)
+        out, rebuild = _plus_residual(tf.cast(tf.reshape(y, x_shape), x_dtype), residual)
 
         def backward(dy):
             with tf.name_scope(name or "group_norm"):
                 dyg = grouped(tf.cast(dy, dtype))
-                y_gated, b_gated = _gated(y, dy, b)
-                x_hat = (grouped(tf.cast(y_gated, dtype)) - b_gated) / g
+                out_gated, b_gated = _gated(out, dy, b)
+                x_hat = (grouped(tf.cast(rebuild(out_gated), dtype)) - b_gated) / g
                 batch_and_spatial = [0] + spatial_axes
                 dbeta = tf.reduce_sum(dyg, batch_and_spatial)
                 dgamma = tf.reduce_sum(dyg * x_hat, batch_and_spatial)
@@ -203,71 +220,9 @@ def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_E
                 )
                 dx = tf.cast(tf.reshape(dx, x_shape), x_dtype)
                 dgamma = tf.cast(tf.reshape(dgamma, [channels]), gamma_dtype)
-                return dx, dgamma, tf.cast(tf.reshape(dbeta, [channels]), beta_dtype)
+                dbeta = tf.cast(tf.reshape(dbeta, [channels]), beta_dtype)
+                return (dx, dgamma, dbeta, *_residual_grad(dy, residual))
 
-        return y, backward
+        return out, backward
 
-    return forward(x, gamma, beta)
-
-
-def _affine(layer, inputs):
-    dtype, channels = _stat_dtype(inputs.dtype), inputs.shape[-1]
-    gamma = ops.cast(layer.gamma, dtype) if layer.scale else tf.ones([channels], dtype)
-    beta = ops.cast(layer.beta, dtype) if layer.center else tf.zeros([channels], dtype)
-    return gamma, beta
-
-
-@keras.saving.register_keras_serializable(package="tfseg")
-class InplaceBatchNormalization(keras.layers.BatchNormalization):
-    """Drop-in twin of `keras.layers.BatchNormalization` that keeps only its output.
-
-    Same arguments, variables (gamma, beta, moving_mean, moving_variance), names
-    and order, so checkpoints load either way. In training it keeps y and the batch
-    statistics instead of x, and updates the moving statistics exactly as the stock
-    layer does. With `synchronized=True` the backward sums are all-reduced too.
-    Inference of a trainable layer, masks, renorm and channels-first axes run the stock
-    code. Shapes: [..., C] -> [..., C]. See the module docstring for the gamma guard.
-
-    Frozen (``trainable=False``: inference mode in training too, as the stock layer)
-    it is a per-channel affine whose backward keeps nothing (``frozen_batch_norm``);
-    it is exact, and gamma and beta get no gradient.
-    """
-
-    def call(self, inputs, training=None, mask=None):
-        stock = mask is not None or self.renorm or self.axis not in (-1, len(inputs.shape) - 1)
-        if not self.trainable and not stock:
-            gamma, beta = _affine(self, inputs)
-            dtype = _stat_dtype(inputs.dtype)
-            y = frozen_batch_norm(inputs, ops.cast(self.moving_mean, dtype),
-                                  ops.cast(self.moving_variance, dtype), gamma, beta,
-                                  epsilon=self.epsilon)
-            return ops.cast(y, self.compute_dtype)
-        if not (training and self.trainable) or stock:
-            return super().call(inputs, training=training, mask=mask)
-        gamma, beta = _affine(self, inputs)
-        y, mean, variance = inplace_batch_norm(
-            inputs, gamma, beta, epsilon=self.epsilon, synchronized=self.synchronized,
-            name=self.name)
-        for var, value in ((self.moving_mean, mean), (self.moving_variance, variance)):
-            value = tf.stop_gradient(value)
-            var.assign(ops.cast(var, value.dtype) * self.momentum + value * (1.0 - self.momentum))
-        return ops.cast(y, self.compute_dtype)
-
-
-@keras.saving.register_keras_serializable(package="tfseg")
-class InplaceGroupNormalization(keras.layers.GroupNormalization):
-    """Drop-in twin of `keras.layers.GroupNormalization` that keeps only its output.
-
-    Same arguments, variables, names and order as the stock layer. Group norm has
-    no training mode, so it always keeps y and rebuilds x_hat in the backward pass;
-    channels-first axes run the stock code. Wu & He, "Group Normalization", ECCV
-    2018, https://arxiv.org/abs/1803.08494. Shapes: [N, ..., C] -> [N, ..., C].
-    """
-
-    def call(self, inputs):
-        if self.axis not in (-1, len(inputs.shape) - 1):
-            return super().call(inputs)
-        gamma, beta = _affine(self, inputs)
-        y = inplace_group_norm(inputs, gamma, beta, groups=self.groups, epsilon=self.epsilon,
-                               name=self.name)
-        return ops.cast(y, self.compute_dtype)
+    return forward(x, gamma, beta, *([] if residual is None else [residual]))

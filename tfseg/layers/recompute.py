@@ -126,4 +126,9 @@ def _tail_backward(conv, y, dz):
     grads = {conv.kernel.value.ref(): tf.cast(dkernel, conv.kernel.dtype)}
     if conv.use_bias:
         grads[conv.bias.value.ref()] = tf.cast(tf.reduce_sum(dz, [0, 1, 2]), conv.bias.dtype)
+    # The block's backward pass waits for the tail's gradients: dz and y are then
+    # free before it starts, instead of alive beside its working set (TF's
+    # executor ran the filter gradient last). XLA schedules by itself.
+    with tf.control_dependencies(list(grads.values())):
+        dy = tf.identity(dy)
     return dy, grads

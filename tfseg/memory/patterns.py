@@ -33,17 +33,21 @@ class Plan:
     lean: list = dataclasses.field(default_factory=list)  # dilated depthwise convs
     inplace: list = dataclasses.field(default_factory=list)  # norm layers
     recomputed: list = dataclasses.field(default_factory=list)  # segment names
+    residual: list = dataclasses.field(default_factory=list)  # (norm, Add) pairs folded
     serial: dict = dataclasses.field(default_factory=dict, repr=False)  # name -> branch node ids
     replacements: dict = dataclasses.field(default_factory=dict, repr=False)
     skipped: set = dataclasses.field(default_factory=set, repr=False)  # ReLU/pad nodes
     # id(node) -> (segment name, nodes inside, block input tensor, tail conv or None)
     blocks: dict = dataclasses.field(default_factory=dict, repr=False)
+    # id(Add node) -> (norm node, the other input): the norm adds it and the Add goes
+    folds: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def __str__(self):
         return (
             f"fused {len(self.separable)} separable convs and {len(self.fused)} ReLU+conv pairs, "
             f"made {len(self.lean)} dilated depthwise convs lean and {len(self.inplace)} norms "
-            f"output-only, recomputing {len(self.recomputed)} blocks"
+            f"output-only ({len(self.residual)} with their residual add), recomputing "
+            f"{len(self.recomputed)} blocks"
         )
 
 
@@ -165,8 +169,29 @@ def _separable_chain(graph, conv):
     return chain
 
 
+def _residual_folds(graph, taken, norms):
+    """{id(Add node): (norm node, other input)} for each two-input `Add` fed by one of
+    `norms` (layer names) that feeds only it, at the other input's shape. The folded
+    norm keeps the sum (which the next layer keeps anyway) instead of its own output:
+    a residual connection then keeps two tensors, not three."""
+    folds = {}
+    for node in graph.nodes:
+        if (type(node.operation) is not keras.layers.Add or len(node.input_tensors) != 2
+                or id(node) in taken):
+            continue
+        for i, tensor in enumerate(node.input_tensors):
+            norm, other = producer(tensor), node.input_tensors[1 - i]
+            if (not norm.is_input and id(norm) not in taken and norm.operation.name in norms
+                    and len(norm.operation._inbound_nodes) == 1
+                    and graph.only_consumer(norm) is node and other is not tensor
+                    and tuple(other.shape) == tuple(tensor.shape)):
+                folds[id(node)] = (norm, other)
+                break
+    return folds
+
+
 def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
-         inplace_norm=True, lean_dilated=True, recompute=None):
+         inplace_norm=True, lean_dilated=True, recompute=None, fold_residual=True):
     """Finds what `rewrite` would change, without building anything. See `rewrite`."""
     graph = Graph(model)
     result = Plan(recomputed=[segment.name for segment in recompute or ()])
@@ -227,4 +252,8 @@ def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=Tr
         elif lean_dilated and is_depthwise and tuple(layer.dilation_rate) != (1, 1):
             result.lean.append(layer.name)
             result.replacements[layer.name] = (LeanDepthwiseConv2D, {})
+    result.folds = _residual_folds(graph, taken, set(result.inplace)) if fold_residual else {}
+    by_id = {id(node): node for node in graph.nodes}
+    result.residual = [(norm.operation.name, by_id[add].operation.name)
+                       for add, (norm, _) in result.folds.items()]
     return result

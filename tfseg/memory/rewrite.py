@@ -11,7 +11,8 @@ log = logging.getLogger("tfseg.memory")
 
 
 def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
-            inplace_norm=True, lean_dilated=True, recompute=None, recompute_layer=Recompute):
+            inplace_norm=True, lean_dilated=True, recompute=None, recompute_layer=Recompute,
+            fold_residual=True):
     """Returns a new functional model with the memory-saving twins and the same weights.
 
     Args:
@@ -34,6 +35,11 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
       recompute: a sequence of `Segment`s to wrap in `Recompute` (in
         `SerialBranches`: those with `branches=True`). Inside them the other
         rewrites apply, but no separable fusion.
+      fold_residual: fold a two-input `Add` right after an output-only norm (a
+        residual connection) into the norm: it returns the sum and keeps it
+        instead of its own output, rebuilding that as sum - other input (within
+        an ulp of the sum). The Add's layer is gone; the norm's name and weights
+        stay.
       recompute_layer: the layer class that wraps each segment, called as
         `recompute_layer(block, name=...)` (default `Recompute`); another is for
         comparisons, e.g. `tfseg.profile.anchors.RecomputeGrad` (tf.recompute_grad).
@@ -43,8 +49,9 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
     """
     graph = Graph(model)
     summary = plan(model, fuse_separable, fuse_relu_depthwise, fuse_relu_conv, inplace_norm,
-                   lean_dilated, recompute)
+                   lean_dilated, recompute, fold_residual)
     inside_blocks = set().union(*(b[1] for b in summary.blocks.values()))
+    folded = {id(norm) for norm, _ in summary.folds.values()}
     new_layers = {}
     nested = [n.operation.name for n in graph.nodes if isinstance(n.operation, keras.Model)]
     if nested:
@@ -86,6 +93,14 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
                 continue  # built inside its Recompute block
             if id(node) in summary.skipped:
                 tensors[id(node.outputs[0])] = tensors[id(node.input_tensors[0])]
+                continue
+            if id(node) in folded:
+                continue  # made with its residual, at the Add (both inputs exist there)
+            if id(node) in summary.folds:
+                norm, other = summary.folds[id(node)]
+                args, kwargs = norm.arguments.fill_in(tensors)
+                tensors[id(node.outputs[0])] = twin(norm.operation)(
+                    *args, residual=tensors[id(other)], **kwargs)
                 continue
             args, kwargs = node.arguments.fill_in(tensors)
             outputs = twin(node.operation)(*args, **kwargs)

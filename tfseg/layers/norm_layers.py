@@ -1,0 +1,87 @@
+"""The output-only norm twins as Keras layers (the maths: `tfseg.layers.inplace_norm`)."""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from tfseg.layers.inplace_norm import (
+    _stat_dtype,
+    frozen_batch_norm,
+    inplace_batch_norm,
+    inplace_group_norm,
+)
+
+
+def _affine(layer, inputs):
+    dtype, channels = _stat_dtype(inputs.dtype), inputs.shape[-1]
+    gamma = ops.cast(layer.gamma, dtype) if layer.scale else tf.ones([channels], dtype)
+    beta = ops.cast(layer.beta, dtype) if layer.center else tf.zeros([channels], dtype)
+    return gamma, beta
+
+
+def _plus(layer, y, residual):
+    """The stock layer's output [+ residual], as a following `keras.layers.Add` adds."""
+    y = ops.cast(y, layer.compute_dtype)
+    return y if residual is None else ops.add(y, residual)
+
+
+@keras.saving.register_keras_serializable(package="tfseg")
+class InplaceBatchNormalization(keras.layers.BatchNormalization):
+    """Drop-in twin of `keras.layers.BatchNormalization` that keeps only its output.
+
+    Same arguments, variables (gamma, beta, moving_mean, moving_variance), names
+    and order, so checkpoints load either way. In training it keeps y and the batch
+    statistics instead of x, and updates the moving statistics exactly as the stock
+    layer does. With `synchronized=True` the backward sums are all-reduced too.
+    Inference of a trainable layer, masks, renorm and channels-first axes run the stock
+    code. Shapes: [..., C] -> [..., C]. See the module docstring for the gamma guard.
+
+    Frozen (``trainable=False``: inference mode in training too, as the stock layer)
+    it is a per-channel affine whose backward keeps nothing (``frozen_batch_norm``);
+    it is exact, and gamma and beta get no gradient.
+
+    `residual` (a call argument, y's shape): returns y + residual, what a
+    `keras.layers.Add` after the norm makes, keeping the sum instead of y (a
+    residual connection then keeps one tensor less; `tfseg.memory.rewrite` folds
+    such Adds in).
+    """
+
+    def call(self, inputs, training=None, mask=None, residual=None):
+        stock = mask is not None or self.renorm or self.axis not in (-1, len(inputs.shape) - 1)
+        if not self.trainable and not stock:
+            gamma, beta = _affine(self, inputs)
+            dtype = _stat_dtype(inputs.dtype)
+            y = frozen_batch_norm(inputs, ops.cast(self.moving_mean, dtype),
+                                  ops.cast(self.moving_variance, dtype), gamma, beta,
+                                  epsilon=self.epsilon)
+            return _plus(self, y, residual)
+        if not (training and self.trainable) or stock:
+            return _plus(self, super().call(inputs, training=training, mask=mask), residual)
+        gamma, beta = _affine(self, inputs)
+        y, mean, variance = inplace_batch_norm(
+            inputs, gamma, beta, epsilon=self.epsilon, synchronized=self.synchronized,
+            name=self.name, residual=residual)
+        for var, value in ((self.moving_mean, mean), (self.moving_variance, variance)):
+            value = tf.stop_gradient(value)
+            var.assign(ops.cast(var, value.dtype) * self.momentum + value * (1.0 - self.momentum))
+        return ops.cast(y, self.compute_dtype)
+
+
+@keras.saving.register_keras_serializable(package="tfseg")
+class InplaceGroupNormalization(keras.layers.GroupNormalization):
+    """Drop-in twin of `keras.layers.GroupNormalization` that keeps only its output.
+
+    Same arguments, variables, names and order as the stock layer. Group norm has
+    no training mode, so it always keeps y and rebuilds x_hat in the backward pass;
+    channels-first axes run the stock code. Wu & He, "Group Normalization", ECCV
+    2018, https://arxiv.org/abs/1803.08494. Shapes: [N, ..., C] -> [N, ..., C].
+    `residual`: as for `InplaceBatchNormalization`.
+    """
+
+    def call(self, inputs, residual=None):
+        if self.axis not in (-1, len(inputs.shape) - 1):
+            return _plus(self, super().call(inputs), residual)
+        gamma, beta = _affine(self, inputs)
+        y = inplace_group_norm(inputs, gamma, beta, groups=self.groups, epsilon=self.epsilon,
+                               name=self.name, residual=residual)
+        return ops.cast(y, self.compute_dtype)
