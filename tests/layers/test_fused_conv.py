@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from tfseg.layers import LeanDepthwiseConv2D, ReluConv2D, ReluDepthwiseConv2D
 from tfseg.layers import dilated
-from tests.layers.twins import ReluThenDepthwise, compare
+from tests.layers.twins import ReluThenDepthwise, ancestors, compare, training_ops
 
 CASES = {
     "same": dict(padding="same"),
@@ -85,16 +85,7 @@ def test_relu_conv_matches_stock(kwargs, compiled):
 
 def step_op_types(layer, shape):
     layer.build(shape)
-
-    @tf.function
-    def step(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = layer(x, training=True)
-        return tape.gradient(y, [x] + layer.trainable_weights)
-
-    graph = step.get_concrete_function(tf.TensorSpec(shape, tf.float32)).graph
-    return {op.type for op in graph.get_operations()}
+    return {op.type for op in training_ops(layer, shape)}
 
 
 @pytest.mark.parametrize("cls", [LeanDepthwiseConv2D, ReluDepthwiseConv2D])
@@ -106,6 +97,21 @@ def test_dilated_twins_make_no_space_to_batch_copy(cls):
     space_to_batch = {"SpaceToBatchND", "BatchToSpaceND"}
     assert space_to_batch <= step_op_types(keras.layers.DepthwiseConv2D(3, **kwargs), shape)
     assert not space_to_batch & step_op_types(cls(3, **kwargs), shape)
+
+
+def test_folded_padding_makes_no_padded_copy_and_filter_gradient_goes_first():
+    """A folded ZeroPadding2D is the kernels' explicit padding: no Pad copy of relu(x)
+    and no padded input gradient to slice (at 513x513 entry block 1's strided conv:
+    4 x 65 MiB alive at once). The input gradient waits for the filter gradient, so
+    relu(x) is free before it and its ReLU mask are made."""
+    layer = ReluDepthwiseConv2D(3, strides=2, padding="valid", input_padding=((1, 1), (1, 1)))
+    shape = (2, 13, 11, 6)
+    layer.build(shape)
+    ops = training_ops(layer, shape)
+    assert not {"Pad", "PadV2", "StridedSlice"} & {op.type for op in ops}
+    (input_grad,) = [op for op in ops if op.type == "DepthwiseConv2dNativeBackpropInput"]
+    (filter_grad,) = [op for op in ops if op.type == "DepthwiseConv2dNativeBackpropFilter"]
+    assert filter_grad in ancestors(input_grad)
 
 
 def test_input_gradient_is_masked_where_input_is_not_positive():

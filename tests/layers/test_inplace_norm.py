@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from tfseg.layers import GAMMA_EPSILON, InplaceBatchNormalization, InplaceGroupNormalization
 from tfseg.layers.fused_norm import FUSED_MIN_EPSILON
-from tests.layers.twins import compare, train_step
+from tests.layers.twins import ancestors, compare, train_step, training_ops
 
 
 FUSED_OPS = {"FusedBatchNormV3", "FusedBatchNormGradV3"}
@@ -15,14 +15,7 @@ EPSILONS = {"fused": 1e-3, "unfused": 1e-5}
 
 def step_op_types(layer, x):
     """The op types of `layer`'s traced training step, forward and backward."""
-    @tf.function
-    def step(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = layer(x, training=True)
-        return tape.gradient(y, [x] + layer.trainable_weights)
-
-    return {op.type for op in step.get_concrete_function(x).graph.get_operations()}
+    return {op.type for op in training_ops(layer, x.shape, x.dtype)}
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf_function"])
@@ -92,17 +85,9 @@ def test_fused_rebuild_waits_for_the_gradient_by_a_data_edge_under_xla_only(jit_
     (grad_op,) = [op for op in graph.get_operations() if op.type == "FusedBatchNormGradV3"]
     upstream = graph.inputs[1].op
 
-    def ancestors(control):
-        seen, todo = set(), [grad_op.inputs[1].op]  # x
-        while todo:
-            op = todo.pop()
-            if op not in seen:
-                seen.add(op)
-                todo.extend([t.op for t in op.inputs] + (list(op.control_inputs) if control else []))
-        return seen
-
-    assert (upstream in ancestors(control=False)) is jit_compile
-    assert upstream in ancestors(control=True)
+    x = grad_op.inputs[1].op
+    assert (upstream in ancestors(x, control=False)) is jit_compile
+    assert upstream in ancestors(x, control=True)
 
 
 @pytest.mark.parametrize("case", ["float64", "rank 3", "synchronized"])

@@ -7,7 +7,7 @@ from tfseg import memory
 from tfseg.layers import Recompute
 from tfseg.models import LayerPolicy
 from tfseg.models.policy import separable_conv
-from tests.layers.twins import compare
+from tests.layers.twins import ancestors, compare, training_ops
 
 
 def unit(channels=8, memory_saving=False):
@@ -117,33 +117,14 @@ def test_recompute_with_tail_under_mixed_bfloat16(mixed_bfloat16):
     compare(stock, twin, (2, 9, 7, 6), compiled=True, dtype="bfloat16", rtol=2e-2, atol=5e-2)
 
 
-def ancestors(op, control=True):
-    seen, todo = set(), [op]
-    while todo:
-        op = todo.pop()
-        if op not in seen:
-            seen.add(op)
-            todo.extend([t.op for t in op.inputs] + (list(op.control_inputs) if control else []))
-    return seen
-
-
 def test_block_backward_waits_for_the_tail_filter_gradient():
     """The block's backward pass starts after the tail's filter gradient: otherwise the
     tail's output gradient and the block's output stay alive through the block's
     whole backward working set (TF's executor ran the filter gradient last)."""
     block, tail = separable("batch", 1, 1, True, False, "b")
     layer = Recompute(block, tail=tail, name="b_recompute")
-    spec = tf.TensorSpec((2, 11, 9, 6), tf.float32)
-    layer.build(spec.shape)
-
-    @tf.function
-    def step(x):
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = layer(x, training=True)
-        return tape.gradient(y, [x] + layer.trainable_weights)
-
-    ops = step.get_concrete_function(spec).graph.get_operations()
+    layer.build((2, 11, 9, 6))
+    ops = training_ops(layer, (2, 11, 9, 6))
     (filter_grad,) = [op for op in ops if op.type == "Conv2DBackpropFilter"]
     block_grads = [op for op in ops
                    if op.type in ("ReluGrad", "DepthwiseConv2dNativeBackpropInput")]

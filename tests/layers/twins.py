@@ -48,3 +48,27 @@ def compare(stock, twin, shape, compiled, seed=0, dtype="float32", rtol=1e-4, at
     for a, b in zip(stock.non_trainable_weights, twin.non_trainable_weights):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-6, atol=1e-7, err_msg=a.path)
     return got_stock, got_twin
+
+
+def training_ops(layer, shape, dtype=tf.float32):
+    """The ops of `layer`'s traced training step: its forward pass and the gradients of
+    its input and weights."""
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+        return tape.gradient(y, [x] + layer.trainable_weights)
+
+    return step.get_concrete_function(tf.TensorSpec(shape, dtype)).graph.get_operations()
+
+
+def ancestors(op, control=True):
+    """The ops `op` waits for: through its inputs and (with `control`) control inputs."""
+    seen, todo = set(), [op]
+    while todo:
+        op = todo.pop()
+        if op not in seen:
+            seen.add(op)
+            todo.extend([t.op for t in op.inputs] + (list(op.control_inputs) if control else []))
+    return seen

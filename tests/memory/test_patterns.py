@@ -32,8 +32,11 @@ def test_a_branches_segment_runs_its_branches_one_at_a_time_and_exactly(float64)
     model = pyramid()
     segment = memory.Segment("pyramid", "stem_relu", "join", branches=True)
     plan = memory.plan(model, recompute=[segment])
-    assert [len(nodes) for nodes in plan.serial["pyramid"]] == [1, 3, 3]
+    # The segment starts before stem_relu, which only it reads: it keeps stem_bn's
+    # output (kept by that norm anyway), and each branch runs the ReLU itself.
+    assert [len(nodes) for nodes in plan.serial["pyramid"]] == [2, 4, 4]
     new = memory.rewrite(model, recompute=[segment])
+    assert "stem_relu" not in {layer.name for layer in new.layers}
     layer = new.get_layer("pyramid")
     assert isinstance(layer, SerialBranches) and len(layer.branches) == 3
     # Inside the branches the other twins apply, as inside a recompute segment.
@@ -129,3 +132,26 @@ def test_residual_adds_are_folded_only_where_the_norm_feeds_nothing_else():
     assert memory.plan(broadcast).residual == []
     three = keras.Model(x, keras.layers.Add(name="add")([y, x, x]))
     assert memory.plan(three).residual == []
+
+
+def test_a_segment_that_starts_at_a_relu_only_it_reads_starts_before_it(float64):
+    """Xception's entry block 1 starts at the stem's ReLU. Keeping that ReLU's output as
+    the block's input kept a second tensor beside the norm's output; the block now
+    keeps the norm's output and runs the ReLU again."""
+    x = keras.Input((11, 13, 4))
+    y = keras.layers.BatchNormalization(name="bn")(keras.layers.Conv2D(6, 3, name="c")(x))
+    r = keras.layers.ReLU(name="r")(y)
+    z = keras.layers.Conv2D(5, 1, name="c2")(keras.layers.ReLU(name="r2")(
+        keras.layers.BatchNormalization(name="bn2")(keras.layers.Conv2D(6, 1, name="c1")(r))))
+    out = keras.layers.Add(name="add")([z, keras.layers.Conv2D(5, 1, name="shortcut")(r)])
+    model = keras.Model(x, out)
+    segment = memory.Segment("block", "r", "add")
+    new = memory.rewrite(model, recompute=[segment])
+    block = new.get_layer("block")
+    assert block.input is new.get_layer("bn").output
+    assert "r" in {layer.name for layer in block.block.layers}
+    images = tf.constant(np.random.RandomState(0).randn(2, 11, 13, 4))
+    assert_same_training_step(model, new, images)
+    # A ReLU read outside the segment too stays outside it.
+    both = memory.rewrite(keras.Model(x, [out, r]), recompute=[segment])
+    assert both.get_layer("block").input is both.get_layer("r").output

@@ -46,8 +46,11 @@ def lean_conv(x, kernel, *, conv, input_grad=None, filter_grad=None, relu=False,
             with tf.name_scope(name or "lean_conv"):
                 prepared = prepare(_gated(xs, dy))
                 if input_grad is not None:
-                    d_prepared = input_grad(tf.shape(prepared), ks, dy)
                     d_kernel = filter_grad(prepared, tf.shape(ks), dy)
+                    # After the filter gradient: relu(x) is then free before the input
+                    # gradient and its ReLU mask are made (TF ran them side by side).
+                    with tf.control_dependencies([d_kernel]):
+                        d_prepared = input_grad(tf.shape(prepared), ks, dy)
                 else:
                     with tf.GradientTape() as tape:
                         tape.watch([prepared, ks])
@@ -79,15 +82,29 @@ def _depthwise(layer, inputs, relu, pad):
     kernel = ops.cast(layer.kernel, layer.compute_dtype)
     if dilated.usable(layer, inputs.shape):
         return _finish(layer, _shifted_depthwise(layer, inputs, kernel, relu, pad))
+    if pad is not None and padding == "VALID" and tuple(layer.dilation_rate) == (1, 1):
+        # A folded ZeroPadding2D as the kernels' explicit padding: no padded copy is
+        # made, and the input gradient needs no slicing out of a padded one.
+        explicit, padding = [0, 0, *pad[0], *pad[1], 0, 0], "EXPLICIT"
+        pad = None
+    else:
+        explicit = []
 
     def conv(t, k):
+        if padding == "EXPLICIT":
+            return tf.raw_ops.DepthwiseConv2dNative(
+                input=t, filter=k, strides=strides, padding=padding, explicit_paddings=explicit)
         return tf.nn.depthwise_conv2d(t, k, strides, padding, dilations=layer.dilation_rate)
 
     def input_grad(shape, k, dy):
-        return tf.nn.depthwise_conv2d_backprop_input(shape, k, dy, strides, padding)
+        return tf.raw_ops.DepthwiseConv2dNativeBackpropInput(
+            input_sizes=shape, filter=k, out_backprop=dy, strides=strides, padding=padding,
+            explicit_paddings=explicit)
 
     def filter_grad(t, shape, dy):
-        return tf.nn.depthwise_conv2d_backprop_filter(t, shape, dy, strides, padding)
+        return tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
+            input=t, filter_sizes=shape, out_backprop=dy, strides=strides, padding=padding,
+            explicit_paddings=explicit)
 
     # Dilated where the shifted taps do not apply or pay: TF's space-to-batch form.
     grads = {} if tuple(layer.dilation_rate) != (1, 1) else dict(input_grad=input_grad,

@@ -169,6 +169,18 @@ def _separable_chain(graph, conv):
     return chain
 
 
+def _relu_start(graph, start, inside):
+    """The plain ReLU node that makes a segment's input `start` when the segment (node
+    ids `inside`) is its only reader, else None. The segment then starts before it:
+    the block keeps the ReLU's input (a norm's output, which that norm keeps anyway)
+    instead of a second tensor of that size, and runs the ReLU again."""
+    node = producer(start)
+    if (node.is_input or not _is_plain_relu(node.operation) or id(node) in inside
+            or id(start) in graph.outputs or len(node.operation._inbound_nodes) != 1):
+        return None
+    return node if all(id(user) in inside for user in graph.consumers[id(start)]) else None
+
+
 def _residual_folds(graph, taken, norms):
     """{id(Add node): (norm node, other input)} for each two-input `Add` fed by one of
     `norms` (layer names) that feeds only it, at the other input's shape. The folded
@@ -199,12 +211,16 @@ def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=Tr
     tails = set()  # the pointwise convs of fused separable convs: `Recompute` runs them
     for segment in recompute or ():
         inside, start, end = segment_nodes(graph, segment)
+        relu = _relu_start(graph, start, inside | taken)
+        if relu is not None:  # the block keeps the norm's output, kept anyway
+            inside, start = inside | {id(relu)}, relu.input_tensors[0]
         if inside & taken:
             raise ValueError(f"recompute segment {segment.name!r} overlaps another")
         taken |= inside
         result.blocks[id(end)] = (segment.name, inside, start, None)
         if segment.branches:
-            result.serial[segment.name] = branch_nodes(segment, inside, start, end)
+            shared = set() if relu is None else {id(relu)}
+            result.serial[segment.name] = branch_nodes(segment, inside, start, end, shared)
     for node in graph.nodes if fuse_separable else ():
         chain = None if id(node) in taken else _separable_chain(graph, node)
         if chain and not {id(n) for n in chain} & taken:

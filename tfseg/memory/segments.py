@@ -58,8 +58,9 @@ def segment_nodes(graph, segment):
     return inside, start, end._inbound_nodes[0]
 
 
-def branch_nodes(segment, inside, start, end):
-    """[node ids of each input's branch] of a branches segment, which must not share nodes."""
+def branch_nodes(segment, inside, start, end, shared=frozenset()):
+    """[node ids of each input's branch] of a branches segment, which must not share
+    nodes but those in `shared` (a prefix each branch runs for itself, e.g. a ReLU)."""
     if type(end.operation) is not keras.layers.Concatenate:
         raise ValueError(f"segment {segment.name!r}: {segment.end!r} is not a Concatenate")
     branches, seen = [], set()
@@ -70,8 +71,8 @@ def branch_nodes(segment, inside, start, end):
             if id(node) not in nodes:
                 nodes.add(id(node))
                 stack += [t for t in node.input_tensors if t is not start]
-        if nodes & seen or not nodes <= inside:
+        if (nodes - shared) & seen or not nodes <= inside:
             raise ValueError(f"segment {segment.name!r}: its branches share layers")
-        seen |= nodes
+        seen |= nodes - shared
         branches.append(nodes)
     return branches
