@@ -3,10 +3,11 @@
 A stock `ReLU -> DepthwiseConv2D` (or `-> Conv2D`) keeps relu(x) for the conv's
 filter gradient and for ReLU's own gradient. The twins here keep x, the output
 of the norm before them, which an output-only norm keeps anyway. So one stored
-tensor serves both backward passes. relu(x), the padding and the space-to-batch
-copy of a dilated depthwise conv are rebuilt in the backward pass, once the
-output gradient has arrived. Fusing alone saves nothing in TF; the saving comes
-with the output-only norms of `inplace_norm`.
+tensor serves both backward passes. relu(x) (and a dilated depthwise conv's
+space-to-batch copy, where TF's form is kept) is rebuilt in the backward pass, once
+the output gradient has arrived; a folded zero padding is the kernels' own. Fusing
+alone saves nothing in TF; the saving comes with the output-only norms of
+`inplace_norm`.
 """
 
 import keras
@@ -167,8 +168,9 @@ class ReluDepthwiseConv2D(keras.layers.DepthwiseConv2D):
 @keras.saving.register_keras_serializable(package="tfseg")
 class LeanDepthwiseConv2D(keras.layers.DepthwiseConv2D):
     """Drop-in twin of a dilated `keras.layers.DepthwiseConv2D` that keeps only its
-    input, not the padded space-to-batch copy TF's dilated conv keeps (about 4x
-    the input at ASPP's rate 18). Same arguments and variables.
+    input, not the padded space-to-batch copy TF's dilated conv keeps (4.8x the
+    input at ASPP's rate 18 on 33x33). Where that copy would be at least twice the
+    input, it makes none at all (`tfseg.layers.dilated`). Same arguments and variables.
     """
 
     def __init__(self, *args, **kwargs):
