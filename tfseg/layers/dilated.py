@@ -89,18 +89,23 @@ def _shift_sum(src, weights, shifts, out_hw):
     return total
 
 
+def _taps(kernel, dilation_rate, pads):
+    """([each tap's per-channel weights], [its offset]) of a [kh, kw, C, 1] kernel."""
+    taps = offsets(kernel.shape[:2], dilation_rate, pads)
+    return [kernel[i, j, :, 0] for (i, j), _ in taps], [shift for _, shift in taps]
+
+
 def depthwise(x, kernel, dilation_rate, pads):
     """Dilated depthwise conv of x [N, H, W, C] with kernel [kh, kw, C, 1], explicit pads."""
-    taps = offsets(kernel.shape[:2], dilation_rate, pads)
-    return _shift_sum(x, [kernel[i, j, :, 0] for (i, j), _ in taps], [s for _, s in taps],
+    weights, shifts = _taps(kernel, dilation_rate, pads)
+    return _shift_sum(x, weights, shifts,
                       output_hw(x.shape[1:3], kernel.shape[:2], dilation_rate, pads))
 
 
 def input_grad(dy, kernel, dilation_rate, pads, in_hw):
     """d depthwise / d x: the taps' sum over dy, shifted back."""
-    taps = offsets(kernel.shape[:2], dilation_rate, pads)
-    return _shift_sum(dy, [kernel[i, j, :, 0] for (i, j), _ in taps],
-                      [(-a, -b) for _, (a, b) in taps], in_hw)
+    weights, shifts = _taps(kernel, dilation_rate, pads)
+    return _shift_sum(dy, weights, [(-a, -b) for a, b in shifts], in_hw)
 
 
 def filter_grad(x, dy, kernel_hw, dilation_rate, pads):

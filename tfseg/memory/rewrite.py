@@ -35,14 +35,14 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
       recompute: a sequence of `Segment`s to wrap in `Recompute` (in
         `SerialBranches`: those with `branches=True`). Inside them the other
         rewrites apply, but no separable fusion.
+      recompute_layer: the layer class that wraps each segment, called as
+        `recompute_layer(block, name=...)` (default `Recompute`); another is for
+        comparisons, e.g. `tfseg.profile.anchors.RecomputeGrad` (tf.recompute_grad).
       fold_residual: fold a two-input `Add` right after an output-only norm (a
         residual connection) into the norm: it returns the sum and keeps it
         instead of its own output, rebuilding that as sum - other input (within
         an ulp of the sum). The Add's layer is gone; the norm's name and weights
         stay.
-      recompute_layer: the layer class that wraps each segment, called as
-        `recompute_layer(block, name=...)` (default `Recompute`); another is for
-        comparisons, e.g. `tfseg.profile.anchors.RecomputeGrad` (tf.recompute_grad).
 
     Everything else is rebuilt from its config unchanged. What was rewritten is
     logged on the "tfseg.memory" logger; `plan()` returns it without building.
