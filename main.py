@@ -68,9 +68,11 @@ def _memory_plan(config):
     from tfseg.evaluation.loading import num_classes
     from tfseg.runtime import files
 
-    has_gpu = bool(tf.config.list_physical_devices("GPU"))
-    config, choice = plan.plan_run(config, num_classes(config), has_gpu,
-                                   saved=files.load_config(config.run.model_dir))
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    # MirroredStrategy() takes every GPU, else the CPU: one replica each
+    config, choice = plan.plan_run(config, num_classes(config), gpus > 0,
+                                   saved=files.load_config(config.run.model_dir),
+                                   replicas=max(1, gpus))
     print(choice.line(), flush=True)
     return config, {"memory_plan": choice.to_dict()}
 

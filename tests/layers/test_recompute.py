@@ -133,6 +133,20 @@ def test_block_backward_waits_for_the_tail_filter_gradient():
         assert filter_grad in ancestors(op), op.name
 
 
+def test_tail_input_gradient_is_made_after_the_block_runs_again():
+    """The tail's input gradient needs only dz, but it is made after the filter
+    gradient, so after the block's second run: made first, it sat beside that run
+    as one more tensor of the block output's size (the 513x513 recompute peak)."""
+    block, tail = separable("batch", 1, 1, True, False, "b")
+    layer = Recompute(block, tail=tail, name="b_recompute")
+    layer.build((2, 11, 9, 6))
+    ops = training_ops(layer, (2, 11, 9, 6))
+    (input_grad,) = [op for op in ops if op.type == "Conv2DBackpropInput"]
+    (filter_grad,) = [op for op in ops if op.type == "Conv2DBackpropFilter"]
+    forward, again = [op for op in ops if op.type == "DepthwiseConv2dNative"]  # made in order
+    assert filter_grad in ancestors(input_grad) and again in ancestors(input_grad)
+
+
 def test_recompute_refuses_a_tail_that_is_not_linear():
     block, _ = separable("batch", 1, 1, False, False, "a")
     with pytest.raises(ValueError, match="tail"):

@@ -4,7 +4,8 @@ import pytest
 import tensorflow as tf
 
 from tfseg import memory
-from tfseg.layers import InplaceBatchNormalization, ReluDepthwiseConv2D, SerialBranches
+from tfseg.layers import (InplaceBatchNormalization, Recompute, ReluDepthwiseConv2D,
+                          SerialBranches)
 from tfseg.models import deeplab_v3_plus
 from tfseg.profile.analysis import _layer_names, kept_tensors
 from tests.conftest import TINY
@@ -41,7 +42,10 @@ def test_a_branches_segment_runs_its_branches_one_at_a_time_and_exactly(float64)
     assert isinstance(layer, SerialBranches) and len(layer.branches) == 3
     # Inside the branches the other twins apply, as inside a recompute segment.
     assert isinstance(layer.branches[1].get_layer("atrous"), ReluDepthwiseConv2D)
-    assert isinstance(layer.branches[2].get_layer("sep_bn"), InplaceBatchNormalization)
+    # ... and a separable branch is a fused separable block, with its twins inside.
+    separable = layer.branches[2].get_layer("sep_depthwise_recompute")
+    assert isinstance(separable, Recompute) and separable.tail.name == "sep_pointwise"
+    assert isinstance(separable.block.get_layer("sep_bn"), InplaceBatchNormalization)
     assert "join" not in {layer.name for layer in new.layers}
     images = tf.constant(np.random.RandomState(0).randn(2, 11, 13, 4))
     assert_same_training_step(model, new, images)

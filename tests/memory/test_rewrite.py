@@ -55,10 +55,9 @@ def test_rewrite_of_tfseg_model_keeps_weights_outputs_and_gradients(output_strid
     new = memory.rewrite(stock, recompute=segments)
     summary = memory.plan(stock, recompute=segments)
     # Every separable conv fuses (entry 3 x 3, middle 2 x 3, exit 2 x 3, ASPP 3,
-    # decoder 2), but those inside the recompute segment "mid".
-    assert len(summary.separable) == 9 + 6 + 6 + 3 + 2 - 3
+    # decoder 2), those inside the recompute segment "mid" too.
+    assert len(summary.separable) == 9 + 6 + 6 + 3 + 2
     assert ("middle_unit2_sepconv1_depthwise", "middle_unit2_sepconv1_pointwise") in summary.separable
-    assert all(not d.startswith("middle_unit1") for d, _ in summary.separable)
     separable = new.get_layer("entry_block1_sepconv3_depthwise_recompute")
     assert isinstance(separable, Recompute) and separable.tail.name == "entry_block1_sepconv3_pointwise"
     # Inside a separable conv's block the single-layer twins apply too: the block
@@ -83,9 +82,13 @@ def test_rewrite_of_tfseg_model_keeps_weights_outputs_and_gradients(output_strid
     assert not [c for c in fused.values() if c.endswith("pointwise")]
     assert isinstance(new.get_layer("entry_block1_sepconv3_pointwise_bn"), InplaceBatchNormalization
                       if norm == "batch" else InplaceGroupNormalization)
-    # Inside "mid" the other twins still apply.
+    # Inside "mid" its separable convs are blocks of their own (each of its second
+    # run's separable convs then keeps only its input), with the twins inside.
     mid = new.get_layer("mid")
-    assert isinstance(mid.block.get_layer("middle_unit1_sepconv1_depthwise"), ReluDepthwiseConv2D)
+    inner = mid.block.get_layer("middle_unit1_sepconv1_depthwise_recompute")
+    assert isinstance(inner, Recompute) and inner.tail.name == "middle_unit1_sepconv1_pointwise"
+    assert isinstance(inner.block.get_layer("middle_unit1_sepconv1_depthwise"), ReluDepthwiseConv2D)
+    assert "middle_unit1_sepconv1_pointwise" not in {l.name for l in mid.block.layers}
     images = np.random.RandomState(0).uniform(-1, 1, (2, H, W, 3))
     assert_same_training_step(stock, new, images)
 

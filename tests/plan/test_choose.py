@@ -7,6 +7,7 @@ import pytest
 
 from tfseg.errors import InputError
 from tfseg.plan import choose
+from tfseg.plan.choose import replica_config
 from tfseg.profile.measure import measure
 from tfseg.profile.step import StepConfig
 
@@ -52,3 +53,16 @@ def test_a_budget_between_two_plans_picks_the_faster_that_fits_and_its_step_stay
                                          r"recompute .* needs .* at batch 3 and 97x129; "
                                          r"(batch [12]|batch 1 with a \d+x\d+ crop) would fit"):
         choose(STEP, _total(saving) // 2, 0, verify=False, log=lines.append, measure=run)
+
+
+@pytest.mark.parametrize("batch, replicas, share", [(5, 2, 3), (8, 4, 2), (2, 1, 2)])
+def test_a_mirrored_run_is_planned_as_one_replica_step(batch, replicas, share):
+    # Each replica holds the model and steps on its share of the global batch (the
+    # largest share where it does not divide), on one device.
+    run = STEP.run.replace(strategy="mirrored", batch_size=batch)
+    replica, note = replica_config(run, replicas)
+    assert replica.data.batch_size == share and replica.run.strategy == "default"
+    assert replica.replace(strategy="mirrored", batch_size=batch) == run
+    assert note == f"per replica (batch {share} of {batch} on {replicas})"
+    # Other strategies plan the step as it is.
+    assert replica_config(STEP.run, replicas) == (STEP.run, "")

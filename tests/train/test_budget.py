@@ -12,13 +12,16 @@ from tests.train.conftest import TINY_FLAGS, run_main
 @pytest.mark.slow
 def test_a_budget_trains_the_chosen_plan_records_it_and_keeps_it_on_resume(data_dir, tmp_path):
     model_dir = tmp_path / "run"
+    # Mirrored: the plan is one replica's step (on this CPU, the only replica).
+    flags = ("--memory_budget_gb=50", "--device_overhead_gb=0.5", "--strategy=mirrored")
     proc = run_main("--mode=train", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
-                    "--train_steps=1", "--memory_budget_gb=50", "--device_overhead_gb=0.5",
-                    *TINY_FLAGS, timeout=600)  # two estimates in fresh processes, then a step
+                    "--train_steps=1", *flags, *TINY_FLAGS,
+                    timeout=600)  # two estimates in fresh processes, then a step
     # 50 GiB fits stock, the fastest plan: chosen after estimating memory saving (the
     # segments' costs) and stock, nothing more.
     line = next(text for text in proc.stdout.splitlines() if text.startswith("memory plan:"))
     assert line.startswith("memory plan: stock: predicted ")
+    assert " per replica (batch 2 of 2 on 1) of " in line
     assert line.endswith("of 49.5 GiB (budget 50 GiB - device overhead 0.5 GiB)")
     saved = json.load(open(os.path.join(model_dir, "config.json")))
     plan = saved["memory_plan"]
@@ -33,8 +36,7 @@ def test_a_budget_trains_the_chosen_plan_records_it_and_keeps_it_on_resume(data_
 
     # Resumed for longer: the plan saved for these settings is kept, not made again.
     proc = run_main("--mode=train", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
-                    "--train_steps=2", "--memory_budget_gb=50", "--device_overhead_gb=0.5",
-                    *TINY_FLAGS)
+                    "--train_steps=2", *flags, *TINY_FLAGS)
     assert "memory plan: the one in config.json, made for these settings" in proc.stdout
     assert "estimating" not in proc.stdout and line in proc.stdout
     assert "resumed from" in proc.stdout
@@ -45,8 +47,8 @@ def test_a_budget_trains_the_chosen_plan_records_it_and_keeps_it_on_resume(data_
 @pytest.mark.parametrize("flags, message", [
     (("--recompute=middle",), "--recompute: --memory_budget_gb chooses --memory_saving and "
                               "--recompute itself; give either the budget or them"),
-    (("--strategy=mirrored",), "--memory_budget_gb: plans one device's step; with "
-                               "--strategy=mirrored"),
+    (("--strategy=multi_worker",), "--memory_budget_gb: plans the replicas of this host; "
+                                   "with --strategy=multi_worker"),
     (("--device_overhead_gb=-2",), "--device_overhead_gb: must be >= 0, or -1"),
 ])
 def test_a_budget_with_conflicting_flags_is_one_line(data_dir, tmp_path, flags, message):

@@ -119,10 +119,14 @@ def _tail_backward(conv, y, dz):
     backprop kernels: the conv is not run again."""
     strides, padding = [1, *conv.strides, 1], conv.padding.upper()
     kernel = tf.cast(conv.kernel.value, dz.dtype)
-    dy = tf.raw_ops.Conv2DBackpropInput(
-        input_sizes=tf.shape(y), filter=kernel, out_backprop=dz, strides=strides, padding=padding)
     dkernel = tf.raw_ops.Conv2DBackpropFilter(
         input=y, filter_sizes=tf.shape(kernel), out_backprop=dz, strides=strides, padding=padding)
+    # dL/dy after the filter gradient, so after y is rebuilt: made first (it needs
+    # only dz), it sat beside the block's second run, one more tensor of y's size.
+    with tf.control_dependencies([dkernel]):
+        dy = tf.raw_ops.Conv2DBackpropInput(
+            input_sizes=tf.shape(y), filter=kernel, out_backprop=dz, strides=strides,
+            padding=padding)
     grads = {conv.kernel.value.ref(): tf.cast(dkernel, conv.kernel.dtype)}
     if conv.use_bias:
         grads[conv.bias.value.ref()] = tf.cast(tf.reduce_sum(dz, [0, 1, 2]), conv.bias.dtype)

@@ -39,6 +39,8 @@ class Plan:
     skipped: set = dataclasses.field(default_factory=set, repr=False)  # ReLU/pad nodes
     # id(node) -> (segment name, nodes inside, block input tensor, tail conv or None)
     blocks: dict = dataclasses.field(default_factory=dict, repr=False)
+    # segment name -> its fused separable convs, as `blocks`: built inside its block
+    inner: dict = dataclasses.field(default_factory=dict, repr=False)
     # id(Add node) -> (norm node, the other input): the norm adds it and the Add goes
     folds: dict = dataclasses.field(default_factory=dict, repr=False)
 
@@ -209,6 +211,7 @@ def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=Tr
     result = Plan(recomputed=[segment.name for segment in recompute or ()])
     taken = set()  # nodes inside a recompute segment or a fused separable conv
     tails = set()  # the pointwise convs of fused separable convs: `Recompute` runs them
+    segment_of = {}  # id(node) -> the recompute segment it is in
     for segment in recompute or ():
         inside, start, end = segment_nodes(graph, segment)
         relu = _relu_start(graph, start, inside | taken)
@@ -217,20 +220,30 @@ def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=Tr
         if inside & taken:
             raise ValueError(f"recompute segment {segment.name!r} overlaps another")
         taken |= inside
+        segment_of.update(dict.fromkeys(inside, segment.name))
         result.blocks[id(end)] = (segment.name, inside, start, None)
         if segment.branches:
             shared = set() if relu is None else {id(relu)}
             result.serial[segment.name] = branch_nodes(segment, inside, start, end, shared)
+    fused = set()
     for node in graph.nodes if fuse_separable else ():
-        chain = None if id(node) in taken else _separable_chain(graph, node)
-        if chain and not {id(n) for n in chain} & taken:
-            depthwise = next(n for n in chain if type(n.operation) is keras.layers.DepthwiseConv2D)
-            result.separable.append((depthwise.operation.name, node.operation.name))
-            inside = {id(n) for n in chain}
-            taken |= inside | {id(node)}
-            tails.add(id(node))
-            name = f"{depthwise.operation.name}_recompute"
-            result.blocks[id(node)] = (name, inside, chain[0].input_tensors[0], node)
+        chain = None if id(node) in fused else _separable_chain(graph, node)
+        inside = {id(n) for n in chain or ()}
+        owners = {segment_of.get(i) for i in inside | {id(node)}}
+        # A separable conv inside a recompute segment fuses too (its block is built
+        # inside the segment's): the segment's second run then keeps each one's
+        # input only, not its depthwise output and its pointwise input as well.
+        if not chain or inside & fused or len(owners) != 1:
+            continue
+        depthwise = next(n for n in chain if type(n.operation) is keras.layers.DepthwiseConv2D)
+        result.separable.append((depthwise.operation.name, node.operation.name))
+        fused |= inside | {id(node)}
+        tails.add(id(node))
+        owner = owners.pop()
+        blocks = result.blocks if owner is None else result.inner.setdefault(owner, {})
+        blocks[id(node)] = (f"{depthwise.operation.name}_recompute", inside,
+                            chain[0].input_tensors[0], node)
+    taken |= fused
     if fuse_relu_depthwise or fuse_relu_conv:
         for relu, twins in _shared_relus(graph, taken, fuse_relu_depthwise,
                                          fuse_relu_conv).items():

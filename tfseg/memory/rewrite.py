@@ -34,7 +34,7 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         `LeanDepthwiseConv2D`, which does not keep a space-to-batch copy.
       recompute: a sequence of `Segment`s to wrap in `Recompute` (in
         `SerialBranches`: those with `branches=True`). Inside them the other
-        rewrites apply, but no separable fusion.
+        rewrites apply too, separable fusion included.
       recompute_layer: the layer class that wraps each segment, called as
         `recompute_layer(block, name=...)` (default `Recompute`); another is for
         comparisons, e.g. `tfseg.profile.anchors.RecomputeGrad` (tf.recompute_grad).
@@ -50,7 +50,6 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
     graph = Graph(model)
     summary = plan(model, fuse_separable, fuse_relu_depthwise, fuse_relu_conv, inplace_norm,
                    lean_dilated, recompute, fold_residual)
-    inside_blocks = set().union(*(b[1] for b in summary.blocks.values()))
     folded = {id(norm) for norm, _ in summary.folds.values()}
     new_layers = {}
     nested = [n.operation.name for n in graph.nodes if isinstance(n.operation, keras.Model)]
@@ -67,30 +66,33 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
     def block(name, inside, start, tail, end):
         block_input = keras.Input(batch_shape=start.shape, dtype=start.dtype)
         nodes = [n for n in graph.nodes if id(n) in inside]
+        inner = summary.inner.get(name, {})  # its fused separable convs
         if name in summary.serial:
             return SerialBranches([
                 keras.Model(block_input, run([n for n in nodes if id(n) in branch],
-                                             {id(start): block_input}, outer=False)[id(t)],
+                                             {id(start): block_input}, inner)[id(t)],
                             name=f"{name}_branch{i}")
                 for i, (branch, t) in enumerate(zip(summary.serial[name], end.input_tensors))
             ], axis=end.operation.axis, name=name)
         last = nodes[-1] if tail is not None else end
-        out = run(nodes, {id(start): block_input}, outer=False)[id(last.outputs[0])]
+        out = run(nodes, {id(start): block_input}, inner)[id(last.outputs[0])]
         tail = None if tail is None else twin(tail.operation)
         block = keras.Model(block_input, out, name=f"{name}_block")
         if tail is None:  # a segment
             return recompute_layer(block, name=name)
         return Recompute(block, tail=tail, name=name)
 
-    def run(nodes, tensors, outer=True):
+    def run(nodes, tensors, blocks):
+        """Builds `nodes` from `tensors`; `blocks` (as `Plan.blocks`) are made whole."""
+        inside_blocks = set().union(*(b[1] for b in blocks.values()))
         for node in nodes:
-            if outer and id(node) in summary.blocks:
-                name, inside, start, tail = summary.blocks[id(node)]
+            if id(node) in blocks:
+                name, inside, start, tail = blocks[id(node)]
                 layer = block(name, inside, start, tail, node)
                 tensors[id(node.outputs[0])] = layer(tensors[id(start)])
                 continue
-            if outer and id(node) in inside_blocks:
-                continue  # built inside its Recompute block
+            if id(node) in inside_blocks:
+                continue  # built inside its block
             if id(node) in summary.skipped:
                 tensors[id(node.outputs[0])] = tensors[id(node.input_tensors[0])]
                 continue
@@ -109,7 +111,8 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         return tensors
 
     inputs = [keras.Input(batch_shape=t.shape, dtype=t.dtype, name=t.name) for t in model.inputs]
-    tensors = run(graph.nodes, {id(old): new for old, new in zip(model.inputs, inputs)})
+    tensors = run(graph.nodes, {id(old): new for old, new in zip(model.inputs, inputs)},
+                  summary.blocks)
     outputs = keras.tree.map_structure(lambda t: tensors[id(t)], model._outputs_struct)
     new_model = keras.Model(inputs, outputs, name=model.name)
     for old, new in new_layers.items():

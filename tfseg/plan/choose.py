@@ -61,6 +61,7 @@ class Choice:
     budget_bytes: int
     overhead_bytes: int
     points: tuple
+    replica: str = ""  # with --strategy=mirrored: the share of the batch planned for
 
     @property
     def chosen(self):
@@ -70,13 +71,15 @@ class Choice:
         point = self.chosen
         measured = point["measured_bytes"]
         checked = f", measured {_gb(measured)}" if measured is not None else ""
+        replica = f" {self.replica}" if self.replica else ""
         return (f"memory plan: {self.plan.describe()}: predicted {_gb(point['predicted_bytes'])}"
-                f"{checked} of {_gb(self.budget_bytes - self.overhead_bytes)} (budget "
+                f"{checked}{replica} of {_gb(self.budget_bytes - self.overhead_bytes)} (budget "
                 f"{_gb(self.budget_bytes)} - device overhead {_gb(self.overhead_bytes)})")
 
     def to_dict(self):
         return {"plan": dataclasses.asdict(self.plan), "budget_bytes": self.budget_bytes,
-                "overhead_bytes": self.overhead_bytes, "frontier": list(self.points)}
+                "overhead_bytes": self.overhead_bytes, "frontier": list(self.points),
+                "replica": self.replica}
 
 
 def _gb(size):
@@ -220,31 +223,51 @@ def saved_choice(config, saved, overhead):
             before.get(name) != now[name] for name in PLAN_INPUTS):
         return None
     plan = Plan(**{**record["plan"], "recompute": tuple(record["plan"]["recompute"])})
-    return Choice(plan, record["budget_bytes"], overhead, tuple(record["frontier"]))
+    return Choice(plan, record["budget_bytes"], overhead, tuple(record["frontier"]),
+                  record.get("replica", ""))
 
 
-def plan_run(config, num_classes, has_gpu, log=print, saved=None):
+def replica_config(config, replicas):
+    """(the run one replica of a `--strategy=mirrored` run over `replicas` devices
+    runs: the largest share of the batch on one device, the line's note).
+
+    Each replica holds the whole model and steps on its share of the global batch;
+    its sync batch norm keeps what batch norm keeps. What a replica holds beyond a
+    single device's step (the all-reduce's buffers, at most one gradient's size
+    with NCCL's chunking) is not estimated."""
+    if config.run.strategy != "mirrored":
+        return config, ""
+    share = -(-config.data.batch_size // replicas)
+    return (config.replace(strategy="default", batch_size=share),
+            f"per replica (batch {share} of {config.data.batch_size} on {replicas})")
+
+
+def plan_run(config, num_classes, has_gpu, log=print, saved=None, replicas=1):
     """(`config` with the plan's --memory_saving and --recompute, the `Choice`) for
     a training run with --memory_budget_gb; a resumed run keeps the plan in its
-    `saved` config dict (`saved_choice`) instead of planning again.
+    `saved` config dict (`saved_choice`) instead of planning again. With
+    --strategy=mirrored over `replicas` devices it plans one replica's step
+    (`replica_config`): the budget is each card's.
 
-    Refuses, in one line, a config that already chose them, and data-parallel
-    strategies (the plan is one device's step)."""
+    Refuses, in one line, a config that already chose them, and --strategy=
+    multi_worker (its replicas, on other hosts, are not known here)."""
     run, model = config.run, config.model
     if model.memory_saving or model.recompute:
         given = "--memory_saving" if model.memory_saving else "--recompute"
         raise InputError(f"{given}: --memory_budget_gb chooses --memory_saving and "
                          f"--recompute itself; give either the budget or them")
-    if run.strategy in ("mirrored", "multi_worker"):
-        raise InputError(f"--memory_budget_gb: plans one device's step; with "
-                         f"--strategy={run.strategy} choose --memory_saving and --recompute "
-                         f"with --mode=report per device")
+    if run.strategy == "multi_worker":
+        raise InputError("--memory_budget_gb: plans the replicas of this host; with "
+                         "--strategy=multi_worker choose --memory_saving and --recompute "
+                         "with --mode=report per device")
     overhead = overhead_bytes(run.device_overhead_gb, has_gpu)
     choice = saved_choice(config, saved or {}, overhead)
     if choice is not None:
         log("memory plan: the one in config.json, made for these settings")
     else:
-        step = StepConfig(run=config, num_classes=num_classes, timed_steps=0)
-        choice = choose(step, int(run.memory_budget_gb * GB), overhead, run.verify_plan, log)
+        replica, note = replica_config(config, replicas)
+        step = StepConfig(run=replica, num_classes=num_classes, timed_steps=0)
+        choice = dataclasses.replace(choose(
+            step, int(run.memory_budget_gb * GB), overhead, run.verify_plan, log), replica=note)
     return config.replace(memory_saving=choice.plan.memory_saving,
                           recompute=choice.plan.recompute), choice

@@ -211,25 +211,32 @@ def measure(config, timeout=None):
 def measure_repeats(config, repeats=3, timeout=None):
     """`measure` in `repeats` fresh processes, as one result (recipe step 6).
 
-    Only the first process runs `config.analyze`. Returns its dict, with
-    `peak_over_base_bytes`, `base_bytes` and `step_seconds` the medians over the
-    processes, `peak_over_base_max_bytes` the largest step peak of any, and
-    `peak_over_base_by_process` each process's own (median) peak.
+    Only the first process runs `config.analyze`. Returns `combine` of them.
     """
-    import statistics
-
     runs = [measure(config, timeout)]
     runs += [measure(dataclasses.replace(config, analyze=False, analyze_batches=()), timeout)
              for _ in range(repeats - 1)]
+    return combine(runs)
+
+
+def combine(runs):
+    """One result from `measure`'s results for the same step (each from its own
+    process): the first's dict, with `peak_over_base_bytes`, `base_bytes` and
+    `step_seconds` the medians over the processes, `peak_over_base_max_bytes` the
+    largest step peak of any, `peak_over_base_by_process` and `step_seconds_by_process`
+    each process's own."""
+    import statistics
+
     peaks = [r["peak_over_base_bytes"] for r in runs]
     return {
         **runs[0],
-        "repeats": repeats,
+        "repeats": len(runs),
         "peak_over_base_bytes": int(statistics.median(peaks)),
         "peak_over_base_max_bytes": max(r["peak_over_base_max_bytes"] for r in runs),
         "peak_over_base_by_process": peaks,
         "base_bytes": int(statistics.median(r["base_bytes"] for r in runs)),
         "step_seconds": statistics.median(r["step_seconds"] for r in runs),
+        "step_seconds_by_process": [r["step_seconds"] for r in runs],
     }
 
 
