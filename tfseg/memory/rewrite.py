@@ -10,6 +10,12 @@ from tfseg.memory.patterns import Graph, plan
 log = logging.getLogger("tfseg.memory")
 
 
+def is_functional(model):
+    """A model built from a graph of layers (the functional API, or a subclass built
+    that way, as keras-hub's backbones are), which `rewrite` can take apart."""
+    return isinstance(model, keras.Model) and hasattr(model, "_nodes_by_depth")
+
+
 def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
             inplace_norm=True, lean_dilated=True, recompute=None, recompute_layer=Recompute,
             fold_residual=True):
@@ -44,6 +50,9 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         an ulp of the sum). The Add's layer is gone; the norm's name and weights
         stay.
 
+    A functional model nested inside (`is_functional`: a backbone inside a task
+    model) is rewritten the same way, with the same options (`recompute` names the
+    outer model's layers only). Operations that are not layers (`x + y`) are kept.
     Everything else is rebuilt from its config unchanged. What was rewritten is
     logged on the "tfseg.memory" logger; `plan()` returns it without building.
     """
@@ -51,16 +60,29 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
     summary = plan(model, fuse_separable, fuse_relu_depthwise, fuse_relu_conv, inplace_norm,
                    lean_dilated, recompute, fold_residual)
     folded = {id(norm) for norm, _ in summary.folds.values()}
-    new_layers = {}
-    nested = [n.operation.name for n in graph.nodes if isinstance(n.operation, keras.Model)]
-    if nested:
-        log.warning("%s: nested models are copied as they are, not rewritten: %s",
-                    model.name, nested)
+    new_layers, rebuilt = {}, []
+    options = dict(fuse_separable=fuse_separable, fuse_relu_depthwise=fuse_relu_depthwise,
+                   fuse_relu_conv=fuse_relu_conv, inplace_norm=inplace_norm,
+                   lean_dilated=lean_dilated, recompute_layer=recompute_layer,
+                   fold_residual=fold_residual)
+    opaque = [n.operation.name for n in graph.nodes
+              if isinstance(n.operation, keras.Model) and not is_functional(n.operation)]
+    if opaque:
+        log.warning("%s: nested models that are not functional are copied as they are, "
+                    "not rewritten: %s", model.name, opaque)
 
     def twin(layer):
         if layer not in new_layers:
-            cls, extra = summary.replacements.get(layer.name, (type(layer), {}))
-            new_layers[layer] = cls.from_config({**layer.get_config(), **extra})
+            if not isinstance(layer, keras.layers.Layer):
+                # An operation that is not a layer (`x + y` in a functional graph
+                # makes one): no weights, nothing to rebuild; it makes a new node.
+                new_layers[layer] = layer
+            elif is_functional(layer):  # a backbone inside a task model: rewritten too
+                new_layers[layer] = rewrite(layer, **options)
+            else:
+                cls, extra = summary.replacements.get(layer.name, (type(layer), {}))
+                new_layers[layer] = cls.from_config({**layer.get_config(), **extra})
+                rebuilt.append(layer)  # its weights are copied once it is built
         return new_layers[layer]
 
     def block(name, inside, start, tail, end):
@@ -115,7 +137,7 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
                   summary.blocks)
     outputs = keras.tree.map_structure(lambda t: tensors[id(t)], model._outputs_struct)
     new_model = keras.Model(inputs, outputs, name=model.name)
-    for old, new in new_layers.items():
-        new.set_weights(old.get_weights())
+    for old in rebuilt:
+        new_layers[old].set_weights(old.get_weights())
     log.info("rewrote %s: %s", model.name, summary)
     return new_model

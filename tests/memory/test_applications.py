@@ -1,0 +1,66 @@
+"""The rewrite on keras.applications models a user brings (weights=None, small inputs):
+no crash, the same inference outputs, the same training-mode gradients."""
+
+import keras
+import numpy as np
+import pytest
+
+from tfseg import memory
+from tfseg.layers import InplaceBatchNormalization, Recompute
+from tests.memory.test_rewrite import train_step
+
+
+def assert_same_step(stock, new, images, rtol=1e-4):
+    """Inference outputs equal; training-mode outputs and gradients within `rtol` of
+    the largest (float32: the twins sum in other orders)."""
+    np.testing.assert_allclose(new(images, training=False).numpy(),
+                               stock(images, training=False).numpy(), rtol=1e-5, atol=1e-6)
+    logits_a, grads_a = train_step(stock, images)
+    logits_b, grads_b = train_step(new, images)
+    scale = float(np.abs(logits_a.numpy()).max())
+    np.testing.assert_allclose(logits_b.numpy(), logits_a.numpy(), atol=rtol * scale)
+    if grads_a.keys() != grads_b.keys():
+        # Paths the rewrite cannot keep (weights of a nested Sequential, built under
+        # its scope, and weights Keras names by a global counter): by position, which
+        # these models keep, and shape.
+        grads_b = dict(zip(grads_a, grads_b.values()))
+    scale = max(float(np.abs(g.numpy()).max()) for g in grads_a.values())
+    for path, g in grads_a.items():
+        assert grads_b[path].shape == g.shape, path
+        np.testing.assert_allclose(grads_b[path].numpy(), g.numpy(), atol=rtol * scale,
+                                   err_msg=path)
+
+
+# MobileNetV3 and ConvNeXt make operations that are not layers (`x + 3.0` in
+# hard-swish, `x * y` in squeeze-excite); the rewrite crashed on them
+# ("'Add' object has no attribute 'set_weights'").
+# Training-mode steps compare exactly only without dropout (no random masks).
+@pytest.mark.parametrize("app, size, extra", [
+    ("MobileNetV3Small", 64, {"dropout_rate": 0.0}), ("ConvNeXtTiny", 64, {})])
+def test_models_with_operations_that_are_not_layers(app, size, extra):
+    model = getattr(keras.applications, app)(weights=None, input_shape=(size, size, 3),
+                                             classes=5, include_preprocessing=False, **extra)
+    new = memory.rewrite(model)
+    assert len(new.weights) == len(model.weights)
+    images = np.random.RandomState(0).rand(2, size, size, 3).astype("float32")
+    assert_same_step(model, new, images)
+
+
+def test_a_functional_backbone_inside_a_task_model_is_rewritten_too(float64):
+    # float64: at this size the last norms see 8 values a channel, and float32's
+    # reordering noise grows to ~0.5% of the first conv's gradient.
+    # How keras-hub builds task models: a backbone model called as a layer, then a head.
+    backbone = keras.applications.MobileNetV2(weights=None, include_top=False,
+                                              input_shape=(48, 48, 3), alpha=0.35)
+    images = keras.Input((48, 48, 3))
+    features = backbone(images)
+    logits = keras.layers.Conv2D(4, 1, name="head")(features)
+    model = keras.Model(images, logits)
+    new = memory.rewrite(model)
+    inner = new.get_layer(backbone.name)
+    assert isinstance(inner, keras.Model) and inner is not backbone
+    assert isinstance(inner.get_layer("bn_Conv1"), InplaceBatchNormalization)
+    assert any(isinstance(layer, Recompute) for layer in inner.layers)
+    assert {w.path for w in new.weights} == {w.path for w in model.weights}
+    data = np.random.RandomState(0).rand(2, 48, 48, 3)
+    assert_same_step(model, new, data, rtol=1e-6)
