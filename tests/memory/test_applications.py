@@ -1,6 +1,8 @@
 """The rewrite on keras.applications models a user brings (weights=None, small inputs):
 no crash, the same inference outputs, the same training-mode gradients."""
 
+import inspect
+
 import keras
 import numpy as np
 import pytest
@@ -10,13 +12,13 @@ from tfseg.layers import InplaceBatchNormalization, Recompute
 from tests.memory.test_rewrite import train_step
 
 
-def assert_same_step(stock, new, images, rtol=1e-4):
+def assert_same_step(stock, new, images, rtol=1e-4, compiled=True):
     """Inference outputs equal; training-mode outputs and gradients within `rtol` of
     the largest (float32: the twins sum in other orders)."""
     np.testing.assert_allclose(new(images, training=False).numpy(),
                                stock(images, training=False).numpy(), rtol=1e-5, atol=1e-6)
-    logits_a, grads_a = train_step(stock, images)
-    logits_b, grads_b = train_step(new, images)
+    logits_a, grads_a = train_step(stock, images, compiled)
+    logits_b, grads_b = train_step(new, images, compiled)
     scale = float(np.abs(logits_a.numpy()).max())
     np.testing.assert_allclose(logits_b.numpy(), logits_a.numpy(), atol=rtol * scale)
     if grads_a.keys() != grads_b.keys():
@@ -64,3 +66,44 @@ def test_a_functional_backbone_inside_a_task_model_is_rewritten_too(float64):
     assert {w.path for w in new.weights} == {w.path for w in model.weights}
     data = np.random.RandomState(0).rand(2, 48, 48, 3)
     assert_same_step(model, new, data, rtol=1e-6)
+
+
+# One constructor per keras.applications family in CI (the other families run above
+# and in test_rewrite.py); every constructor with `pytest -m full`.
+FAMILIES = ["DenseNet121", "EfficientNetB0", "EfficientNetV2B0", "InceptionV3", "MobileNet",
+            "ResNet50", "ResNet50V2", "VGG16"]
+EVERY = sorted(name for name in dir(keras.applications) if name[0].isupper())
+SIZES = {"InceptionV3": 75, "InceptionResNetV2": 75, "Xception": 71}  # their smallest
+
+
+def build(app):
+    size = SIZES.get(app, 64)
+    constructor = getattr(keras.applications, app)
+    kwargs = dict(weights=None, input_shape=(size, size, 3), classes=5)
+    options = inspect.signature(constructor).parameters
+    if "include_preprocessing" in options:
+        kwargs["include_preprocessing"] = False
+    model = constructor(**kwargs)
+    for layer in model._flatten_layers():
+        if isinstance(layer, keras.layers.Dropout):  # random masks differ per model
+            layer.rate = 0.0
+    return model, size
+
+
+def check_application(app):
+    model, size = build(app)
+    new = memory.rewrite(model)
+    assert len(new.weights) == len(model.weights)
+    images = np.random.RandomState(0).rand(2, size, size, 3)
+    assert_same_step(model, new, images, rtol=1e-6, compiled=False)
+
+
+@pytest.mark.parametrize("app", FAMILIES)
+def test_each_keras_applications_family(app, float64):
+    check_application(app)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("app", EVERY)
+def test_every_keras_applications_constructor(app):
+    check_application(app)
