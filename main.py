@@ -29,6 +29,7 @@ from absl import app, flags  # noqa: E402
 
 # None of these imports TensorFlow: --mode=validate runs without it.
 from tfseg.config import Config, flag_table  # noqa: E402
+from tfseg.config.names import BUILTIN_BACKBONE, RECOMPUTE_HEAD  # noqa: E402
 from tfseg.errors import InputError, NonFiniteLoss  # noqa: E402
 
 
@@ -144,7 +145,9 @@ def run_report(config):
             memory_budget_gb=run.memory_budget_gb or None,
             frontier=True,
             device_overhead_gb=run.device_overhead_gb,
-            recompute_blocks=config.model.recompute or None,
+            # Another backbone has only the head's segments (None: Xception-65's default).
+            recompute_blocks=config.model.recompute or (
+                None if config.model.backbone == BUILTIN_BACKBONE else RECOMPUTE_HEAD),
             verify_plan=run.report_verify_seconds > 0,
             max_verify_seconds=run.report_verify_seconds,
             out_dir=out_dir,
@@ -195,6 +198,12 @@ def config_from_flags():
     if config.run.init_checkpoint and config.run.mode not in ("validate", "convert"):
         from tfseg.runtime import init
 
+        # Before adapt, which would take the checkpoint's Xception-65 settings.
+        backbone, path = config.model.backbone, config.run.init_checkpoint
+        if backbone != BUILTIN_BACKBONE and init.resolve(path)[1] == init.RESEARCH_DEEPLAB:
+            raise InputError(f"--init_checkpoint: {path} is a research/deeplab xception_65 "
+                             f"checkpoint, for --backbone={BUILTIN_BACKBONE}; --backbone="
+                             f"{backbone} starts from --backbone_weights")
         # What the checkpoint implies (width, middle units, conventions) for every
         # setting that no flag or flagfile gave.
         given = {name for name in flag_table() if FLAGS[name].present}

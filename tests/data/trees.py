@@ -52,3 +52,28 @@ def voc_tree(root, sizes=((10, 14), (12, 9)), split="train"):
     with open(os.path.join(root, "ImageSets", "Segmentation", split + ".txt"), "w") as f:
         f.write("\n".join(ids) + "\n")
     return labels
+
+
+def ade20k_tree(root, sizes=((97, 129), (9, 13)), folder="training"):
+    """ADEChallengeData2016 layout: JPEG images, grayscale annotations holding every value
+    0-255 (cycled); returns the annotation arrays, in file order."""
+    annotations = []
+    for i, size in enumerate(sizes):
+        rng = np.random.default_rng(i)
+        annotation = ((np.arange(size[0] * size[1]) * 7 + i) % 256).astype(np.uint8)
+        annotation = annotation.reshape(size)
+        name = f"ADE_{folder[:5]}_{i + 1:08d}"
+        save(os.path.join(root, "images", folder, name + ".jpg"),
+             rng.integers(0, 256, size + (3,), dtype=np.uint8))
+        save(os.path.join(root, "annotations", folder, name + ".png"), annotation)
+        annotations.append(annotation)
+    return annotations
+
+
+def palette_mask(path, mask, colours):
+    """Save ``mask`` as a palette PNG whose palette is ``colours`` (flat list of 768)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    im = Image.fromarray(mask, "P")
+    im.putpalette(colours)
+    im.save(path)
+    return str(path)

@@ -209,10 +209,13 @@ def test_property_many_random_shapes():
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf_function"])
+@pytest.mark.parametrize("relu", [False, True], ids=["plain", "relu"])
 @pytest.mark.parametrize("kind", ["batch_fused", "batch_unfused", "group"])
-def test_twins_add_a_residual_as_a_following_add_does(kind, compiled):
+def test_twins_add_a_residual_as_a_following_add_does(kind, relu, compiled):
     """norm(x, residual=r) == Add()([norm(x), r]): outputs, gradients of x, r, gamma
-    and beta, moving statistics. The twin rebuilds y as the sum minus r."""
+    and beta, moving statistics. The twin rebuilds y as the sum minus r. With
+    `residual_relu`, the same for Add()([norm(x), relu(r)]) (ResNet's identity
+    blocks: the block output, a ReLU, feeds the next add)."""
     shape = (2, 9, 11, 8)
     if kind == "group":
         stock, twin = keras.layers.GroupNormalization(4), InplaceGroupNormalization(4)
@@ -237,8 +240,9 @@ def test_twins_add_a_residual_as_a_following_add_does(kind, compiled):
             return [z] + tape.gradient(loss, [x, r] + layer.trainable_weights)
         return (tf.function(run) if compiled else run)()
 
-    got = step(stock, lambda layer: keras.layers.Add()([layer(x, training=True), r]))
-    want = step(twin, lambda layer: layer(x, training=True, residual=r))
+    act = tf.nn.relu if relu else tf.identity
+    got = step(stock, lambda layer: keras.layers.Add()([layer(x, training=True), act(r)]))
+    want = step(twin, lambda layer: layer(x, training=True, residual=r, residual_relu=relu))
     for a, b in zip(got, want):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-4, atol=1e-4)
     for a, b in zip(stock.non_trainable_weights, twin.non_trainable_weights):

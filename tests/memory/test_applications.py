@@ -6,9 +6,12 @@ import inspect
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tfseg import memory
-from tfseg.layers import InplaceBatchNormalization, Recompute
+from tfseg.layers import (ActivationConv2D, ActivationDepthwiseConv2D, InplaceBatchNormalization,
+                          Recompute)
+from tests.memory.test_patterns import kept_bytes
 from tests.memory.test_rewrite import train_step
 
 
@@ -68,6 +71,43 @@ def test_a_functional_backbone_inside_a_task_model_is_rewritten_too(float64):
     assert_same_step(model, new, data, rtol=1e-6)
 
 
+@pytest.mark.parametrize("app, conv, kind", [
+    ("EfficientNetB0", "block2a_dwconv", "silu"),
+    ("EfficientNetB0", "block1a_project_conv", None),  # after squeeze-excite's multiply
+    ("MobileNetV3Small", "expanded_conv_3_depthwise", "hard_silu")])
+def test_swish_and_hard_swish_fuse_into_the_next_conv(app, conv, kind):
+    """EfficientNet's swish and MobileNetV3's hard-swish before a conv are taken into
+    it, as ReLU is: the conv keeps the norm's output, not the activation's."""
+    model, _ = build(app)
+    fused = dict((c, a) for a, c in memory.plan(model).fused)
+    if kind is None:
+        assert conv not in fused
+        return
+    new = memory.rewrite(model)
+    twin = new.get_layer(conv)
+    assert isinstance(twin, (ActivationConv2D, ActivationDepthwiseConv2D))
+    assert twin.input_activation == kind
+    assert fused[conv] not in {layer.name for layer in new.layers}  # taken in
+
+
+def test_squeeze_excite_products_are_folded_into_the_projection_conv():
+    """EfficientNet's block: activation -> squeeze-excite Multiply -> 1x1 projection.
+    The projection conv multiplies by the channel weights itself, so the product is
+    never kept: exactly one activation (the product) less per block, by the traced
+    step's kept tensors."""
+    model, size = build("EfficientNetB0")
+    summary = memory.plan(model)
+    assert len(summary.scaled) == 16
+    new = memory.rewrite(model)
+    assert "block2a_se_excite" not in {layer.name for layer in new.layers}
+    assert isinstance(new.get_layer("block2a_project_conv"), ActivationConv2D)
+    unscaled = memory.rewrite(model, fuse_relu_conv=False)  # the same but these
+    images = tf.constant(np.random.RandomState(0).rand(2, size, size, 3).astype("float32"))
+    products = sum(4 * int(np.prod(layer.output.shape[1:])) * 2 for layer in model.layers
+                   if layer.name.endswith("_se_excite"))
+    assert kept_bytes(new, images) == kept_bytes(unscaled, images) - products
+
+
 # One constructor per keras.applications family in CI (the other families run above
 # and in test_rewrite.py); every constructor with `pytest -m full`.
 FAMILIES = ["DenseNet121", "EfficientNetB0", "EfficientNetV2B0", "InceptionV3", "MobileNet",
@@ -90,20 +130,22 @@ def build(app):
     return model, size
 
 
-def check_application(app):
+def check_application(app, rtol, compiled):
     model, size = build(app)
     new = memory.rewrite(model)
     assert len(new.weights) == len(model.weights)
-    images = np.random.RandomState(0).rand(2, size, size, 3)
-    assert_same_step(model, new, images, rtol=1e-6, compiled=False)
+    images = np.random.RandomState(0).rand(2, size, size, 3).astype(keras.config.floatx())
+    assert_same_step(model, new, images, rtol=rtol, compiled=compiled)
 
 
 @pytest.mark.parametrize("app", FAMILIES)
 def test_each_keras_applications_family(app, float64):
-    check_application(app)
+    check_application(app, rtol=1e-6, compiled=False)
 
 
 @pytest.mark.full
 @pytest.mark.parametrize("app", EVERY)
 def test_every_keras_applications_constructor(app):
-    check_application(app)
+    """The issue's bar, in float32 (the largest in float64 eager steps take minutes
+    each on 2 cores): training-mode gradients within 1e-4 of the largest."""
+    check_application(app, rtol=1e-4, compiled=True)

@@ -126,6 +126,40 @@ def test_a_norm_before_a_residual_add_keeps_the_sum_not_its_output(norm, float64
     np.testing.assert_allclose(new(images, training=True), model(images, training=True))
 
 
+def identity_block_net():
+    """ResNet v1's blocks: conv -> BN -> Add(shortcut) -> ReLU, whose output feeds the
+    next block's first conv and, as the identity shortcut, its Add."""
+    x = keras.Input((9, 7, 4))
+    z = keras.layers.Add(name="add1")([
+        keras.layers.BatchNormalization(name="bn1")(keras.layers.Conv2D(6, 3, name="c1")(x)),
+        keras.layers.BatchNormalization(name="shortcut_bn")(
+            keras.layers.Conv2D(6, 3, name="shortcut")(x))])
+    out1 = keras.layers.ReLU(name="out1")(z)
+    b = keras.layers.BatchNormalization(name="bn2")(
+        keras.layers.Conv2D(6, 3, padding="same", name="c2")(out1))
+    return keras.Model(x, keras.layers.ReLU(name="out2")(keras.layers.Add(name="add2")([out1, b])))
+
+
+def test_a_block_output_relu_read_by_a_conv_and_the_next_add_is_not_kept(float64):
+    """ResNet v1: the block output relu(z) was kept for the next block's first conv,
+    beside z (kept by the folded norm). Now the conv takes the ReLU in, the next
+    block's folded norm adds relu(z) itself (run again in its backward pass), and
+    relu(z) is never kept: one activation less per block, exactly."""
+    model = identity_block_net()
+    plan = memory.plan(model)
+    assert ("out1", "c2") in plan.fused and ("bn2", "add2") in plan.residual
+    new = memory.rewrite(model)
+    assert {"out1", "add1", "add2"}.isdisjoint(layer.name for layer in new.layers)
+    images = tf.constant(np.random.RandomState(0).randn(2, 9, 7, 4))
+    assert_same_training_step(model, new, images)
+    assert_same_training_step(model, new, images, compiled=False)
+    np.testing.assert_allclose(new(images, training=False), model(images, training=False))
+    unfused = memory.rewrite(model, fuse_relu_conv=False)
+    assert "out1" in {layer.name for layer in unfused.layers}
+    activation = 2 * 7 * 5 * 6 * 8  # float64
+    assert kept_bytes(new, images) == kept_bytes(unfused, images) - activation
+
+
 def test_residual_adds_are_folded_only_where_the_norm_feeds_nothing_else():
     x = keras.Input((9, 7, 4))
     y = keras.layers.BatchNormalization(name="bn")(keras.layers.Conv2D(4, 1, name="c")(x))

@@ -54,6 +54,19 @@ def test_frontier_adds_candidates_in_order_with_canonical_settings_the_config_ac
     assert plans[-1].describe().startswith("memory saving + recompute entry_block1,")
 
 
+def test_another_backbone_is_offered_the_heads_segments_only():
+    """Xception-65's blocks are no candidates for a keras.applications backbone, even
+    where costs name them; every plan of its frontier is a run config the backbone takes."""
+    found = candidates(_costs(), middle_repeats=6, group=4, backbone="resnet50")
+    assert [c.name for c in found] == ["decoder", "aspp"]
+    plans = frontier(found, middle_repeats=2)
+    assert [p.recompute for p in plans] == [(), (), ("decoder",), ("aspp", "decoder")]
+    for plan in plans:
+        config = Config().replace(backbone="resnet50", memory_saving=plan.memory_saving,
+                                  recompute=plan.recompute)
+        assert config.model.recompute == plan.recompute
+
+
 def test_device_overhead_is_zero_on_the_cpu_stated_on_a_gpu_and_settable():
     assert overhead_bytes(-1, has_gpu=False) == 0
     assert overhead_bytes(-1, has_gpu=True) == int(GPU_OVERHEAD_GB * GB) > 0
@@ -71,7 +84,8 @@ def test_a_resumed_run_keeps_the_plan_saved_for_the_same_settings():
     # Settings the plan does not depend on may change (a longer run); the others not.
     assert saved_choice(config.replace(train_steps=200, log_every=5), saved, 0) == choice
     for change in ({"memory_budget_gb": 11.0}, {"crop_size": (65, 65)}, {"batch_size": 4},
-                   {"dtype_policy": "mixed_bfloat16"}, {"middle_repeats": 3}):
+                   {"dtype_policy": "mixed_bfloat16"}, {"middle_repeats": 3},
+                   {"backbone": "resnet50"}):
         assert saved_choice(config.replace(**change), saved, 0) is None, change
     assert saved_choice(config, saved, overhead=GB) is None  # another device
     assert saved_choice(config, json.loads(config.to_json()), 0) is None  # no plan saved

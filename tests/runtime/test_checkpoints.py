@@ -14,7 +14,8 @@ from tfseg.errors import InputError
 from tfseg.models import deeplab_v3_plus
 from tfseg.runtime import builders, checkpoints, state as state_lib
 from tfseg.config import Config
-from tfseg.train.step import PixelLoss, make_train_step
+from tfseg.train.losses import PixelLoss
+from tfseg.train.step import make_train_step
 
 
 def _model(middle_repeats=1, width=0.25, classes=3):

@@ -15,7 +15,8 @@ from tfseg.errors import NonFiniteLoss
 from tfseg.runtime import builders
 from tfseg.train import loop
 from tfseg.config import Config
-from tfseg.train.step import PixelLoss, make_train_step
+from tfseg.train.losses import PixelLoss
+from tfseg.train.step import make_train_step
 from tests.data.trees import cityscapes_tree
 from tests.train.conftest import TINY_FLAGS, run_main
 

@@ -3,7 +3,7 @@
 import dataclasses
 import json
 
-from tfseg.config.names import check, crop_ok
+from tfseg.config.names import DATASETS, check, crop_ok
 from tfseg.config.sections import SECTIONS, Data, Eval, Model, Optim, Run
 from tfseg.errors import InputError
 
@@ -47,8 +47,8 @@ class Config:
               f"stride {self.model.output_stride}: each side must be a multiple of it or one "
               f"more (e.g. 513, 769, 1024)")
         check(self.run.mode != "convert" or self.data.dataset != "tfrecord", "dataset",
-              "convert reads an image data set (cityscapes, voc, camvid or synthetic), "
-              "not tfrecord")
+              f"convert reads an image data set "
+              f"({', '.join(d for d in DATASETS if d != 'tfrecord')}), not tfrecord")
 
     def replace(self, **flat):
         """A copy with settings changed, by flag name (``replace(crop_size=(65, 65))``)."""

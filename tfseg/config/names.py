@@ -7,12 +7,18 @@ from tfseg.errors import InputError
 
 MODES = ("train_and_eval", "train", "eval", "predict", "export", "report", "convert",
          "validate")
-DATASETS = ("cityscapes", "voc", "camvid", "synthetic", "tfrecord")
+DATASETS = ("cityscapes", "voc", "camvid", "ade20k", "folder", "synthetic", "tfrecord")
 NORMS = ("batch", "sync_batch", "group")
 # The settings (flag names) that decide which variables a model has, or (head_epsilon,
 # resize) what the same variables compute: a checkpoint's config.json gives them.
-ARCHITECTURE = ("dataset", "width_multiplier", "middle_repeats", "norm", "head_epsilon",
-                "resize")
+ARCHITECTURE = ("dataset", "backbone", "width_multiplier", "middle_repeats", "norm",
+                "head_epsilon", "resize")
+# --backbone: the built-in aligned Xception-65, or a keras.applications model
+# (``tfseg.models.applications.APPLICATIONS``, which has exactly these).
+BUILTIN_BACKBONE = "xception65"
+APPLICATION_BACKBONES = ("resnet50", "resnet101", "resnet152", "resnet50v2", "resnet101v2",
+                         "mobilenetv2") + tuple(f"efficientnetb{i}" for i in range(8))
+BACKBONES = (BUILTIN_BACKBONE,) + APPLICATION_BACKBONES
 # Bilinear resize conventions: tf.image.resize's, and TF1's (research/deeplab's).
 RESIZE_MODES = ("half_pixel", "align_corners")
 # What --recompute can name: whole backbone blocks (every unit of "middle"), single
@@ -28,6 +34,9 @@ STRATEGIES = ("default", "one_device", "mirrored", "multi_worker")
 DTYPE_POLICIES = ("float32", "mixed_float16", "mixed_bfloat16")
 EVAL_MODES = ("whole", "sliding", "multiscale")
 WEIGHT_DECAY_TYPES = ("l2", "decoupled")
+# What --mode=predict writes per image: palette colours and an overlay, train ids, or
+# Cityscapes label ids (for its benchmark server).
+OUTPUT_FORMATS = ("colour", "train_ids", "label_ids")
 
 
 def unit_name(block, k):

@@ -3,7 +3,8 @@
 import dataclasses
 from typing import Tuple
 
-from tfseg.config.names import (DATASETS, DTYPE_POLICIES, EVAL_MODES, MODES, NORMS,
+from tfseg.config.names import (APPLICATION_BACKBONES, BACKBONES, BUILTIN_BACKBONE, DATASETS,
+                                DTYPE_POLICIES, EVAL_MODES, MODES, NORMS, OUTPUT_FORMATS,
                                 RECOMPUTE_BLOCKS, RECOMPUTE_HEAD, REPORT_VARIANTS, RESIZE_MODES,
                                 STRATEGIES, WEIGHT_DECAY_TYPES, check, one_of, recompute_names,
                                 setting, unit_name)
@@ -13,7 +14,9 @@ from tfseg.config.names import (DATASETS, DTYPE_POLICIES, EVAL_MODES, MODES, NOR
 class Data:
     """The input: the data set, its splits, the training crop, batch and augmentation."""
 
-    dataset: str = setting("synthetic", "synthetic, cityscapes, voc, camvid or tfrecord.")
+    dataset: str = setting("synthetic", "synthetic, cityscapes, voc, camvid, ade20k "
+                           "(ADEChallengeData2016), folder (SPLIT/images + SPLIT/masks + "
+                           "classes.txt) or tfrecord.")
     root: str = setting("data/synthetic", "Data set folder (synthetic: written on first use).",
                         flag="data_dir")
     train_split: str = setting("train", "Training split.")
@@ -53,13 +56,24 @@ class Data:
 
 @dataclasses.dataclass(frozen=True)
 class Model:
-    """``tfseg.models.deeplab_v3_plus``'s keyword arguments (the classes come from the data)."""
+    """``tfseg.models.deeplab_v3_plus``'s keyword arguments (the classes come from the data),
+    and the backbone it is built on (``tfseg.runtime.builders.model`` builds a
+    keras.applications one and passes it as ``backbone=``)."""
 
+    backbone: str = setting(
+        BUILTIN_BACKBONE, f"The encoder: {BUILTIN_BACKBONE} (built in) or a keras.applications "
+        f"model, dilated to --output_stride: {', '.join(APPLICATION_BACKBONES)}. With the latter, "
+        f"--width_multiplier, --norm and --recompute are the ASPP's and decoder's only.")
+    backbone_weights: str = setting(
+        "", "A keras.applications --backbone's initial weights: imagenet (Keras downloads "
+        "them once) or a PATH to a .weights.h5 (save_weights of that model with "
+        "include_top=False); default: random. Xception-65: --init_checkpoint.")
     output_stride: int = setting(16, "8, 16 or 32.")
     norm: str = setting("batch", "batch, sync_batch or group (batch becomes sync_batch with "
                         "more than one replica).")
-    width_multiplier: float = setting(0.25, "Channel width multiplier (1 = full).")
-    middle_repeats: int = setting(2, "Middle-flow units (16 = full).")
+    width_multiplier: float = setting(0.25, "Channel width multiplier (1 = full); with a "
+                                      "keras.applications --backbone, of the head only.")
+    middle_repeats: int = setting(2, "Xception-65's middle-flow units (16 = full).")
     dropout: float = setting(0.1, "Dropout after the ASPP projection.")
     memory_saving: bool = setting(False, "Fused ReLU+depthwise, output-only norms.")
     recompute: Tuple[str, ...] = setting(
@@ -91,6 +105,20 @@ class Model:
             check(block in names, "recompute", f"unknown segment {block!r}; choose from "
                   f"{', '.join(RECOMPUTE_BLOCKS + RECOMPUTE_HEAD)} or "
                   f"{unit_name('middle', 1)}..{unit_name('middle', self.middle_repeats)}")
+        one_of(self.backbone, BACKBONES, "backbone")
+        if self.backbone == BUILTIN_BACKBONE:
+            check(not self.backbone_weights, "backbone_weights", "is for the keras.applications "
+                  "backbones; Xception-65 starts from --init_checkpoint (e.g. research/deeplab's "
+                  "ImageNet xception_65)")
+            return
+        # Xception-65's own settings are refused rather than ignored.
+        check(self.middle_repeats == type(self).__dataclass_fields__["middle_repeats"].default,
+              "middle_repeats", f"counts Xception-65's middle-flow units; --backbone="
+              f"{self.backbone} has none: leave it out")
+        body = [name for name in self.recompute if name not in RECOMPUTE_HEAD]
+        check(not body, "recompute", f"{body[0] if body else ''} is part of Xception-65; with "
+              f"--backbone={self.backbone} only the head's {' and '.join(RECOMPUTE_HEAD)} can be "
+              f"recomputed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +240,10 @@ class Run:
         "--model_dir has none.")
     input_path: str = setting("", "predict: an image file or a folder of images.")
     output_dir: str = setting("", "predict: output folder (default: MODEL_DIR/predictions).")
+    output_format: str = setting(
+        "colour", "predict: colour (NAME_label.png in palette colours and NAME_overlay.png), "
+        "train_ids (NAME_label.png, one channel of class ids 0..C-1) or label_ids (NAME.png, "
+        "Cityscapes label ids for its benchmark server; Cityscapes runs only).")
     export_dir: str = setting("", "export: output folder (default: MODEL_DIR/export).")
     memory_budget_gb: float = setting(
         0.0, "The card's memory in GiB (2^30 bytes). train: run the fastest plan (stock, "
@@ -243,6 +275,7 @@ class Run:
         one_of(self.mode, MODES, "mode")
         one_of(self.strategy, STRATEGIES, "strategy")
         one_of(self.dtype_policy, DTYPE_POLICIES, "dtype_policy")
+        one_of(self.output_format, OUTPUT_FORMATS, "output_format")
         for name in ("checkpoint_every", "keep_checkpoints", "log_every", "max_skipped_updates",
                      "tfrecord_shards", "report_repeats"):
             check(getattr(self, name) >= 1, name, "must be >= 1")

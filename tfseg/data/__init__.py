@@ -1,11 +1,12 @@
 """tfseg input pipelines: data set readers, transformations and tf.data builders."""
 
-from tfseg.data import camvid, cityscapes, order, png, synthetic, transforms, voc
+from tfseg.data import (ade20k, camvid, cityscapes, folder, order, png, synthetic, transforms,
+                        voc)
 from tfseg.data.config import DATASETS, DataConfig
 from tfseg.data.decode import load_pair, pairs_dataset, pairs_to_examples
-from tfseg.data.feed import distribute, iterate
-from tfseg.data.pipeline import (build_dataset, build_dataset_with_stats, class_names,
-                                 get_source, palette)
+from tfseg.data.feed import as_fit_pairs, distribute, iterate
+from tfseg.data.pipeline import (build_dataset, build_dataset_with_stats,
+                                 class_names, get_source, palette)
 from tfseg.data.source import IGNORE_LABEL, Source
 from tfseg.data.stats import DataStats
 from tfseg.data.synthetic import write_synthetic_cityscapes
@@ -17,6 +18,8 @@ __all__ = [
     "DataStats",
     "IGNORE_LABEL",
     "Source",
+    "ade20k",
+    "as_fit_pairs",
     "build_dataset",
     "build_dataset_with_stats",
     "camvid",
@@ -24,6 +27,7 @@ __all__ = [
     "palette",
     "cityscapes",
     "distribute",
+    "folder",
     "get_source",
     "iterate",
     "load_pair",

@@ -15,7 +15,8 @@ class DataConfig:
       dataset: one of ``DATASETS``. "synthetic" writes the default synthetic
         Cityscapes-layout set under ``root`` if it is not complete there, then
         reads it as Cityscapes. "tfrecord" reads shards from ``write_tfrecords``.
-      root: data set folder (for "voc": the VOC2012 folder).
+      root: data set folder (for "voc": the VOC2012 folder; for "ade20k": the
+        ADEChallengeData2016 folder; for "folder": the one holding classes.txt).
       split: "train", "val", ...
       crop_size: training crop (height, width), each >= 2.
       batch_size: examples per batch. Training batches are full (remainder

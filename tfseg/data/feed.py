@@ -1,11 +1,13 @@
-"""How batches reach the step: from a tf.data service dispatcher, onto the device, and
-iteration that names the bad file on a data error."""
+"""How batches reach the step: from a tf.data service dispatcher, onto the device,
+iteration that names the bad file on a data error, and pairs for `model.fit`."""
 
 import socket
 
 import tensorflow as tf
 
+from tfseg.data.traced import plain
 from tfseg.errors import InputError
+from tfseg.models import normalize
 
 
 def require_reachable(address, timeout):
@@ -70,3 +72,15 @@ def _data_error_message(error):
         return f"tfseg: input pipeline: {text.strip().splitlines()[0]}"
     body = text[start + len(_ASSERT_MARK):].split("\n", 1)[0].rstrip()
     return "tfseg: " + (body[:-1] if body.endswith("]") else body)
+
+
+def as_fit_pairs(dataset):
+    """``build_dataset``'s batches as ``model.fit`` and ``model.evaluate`` take them: (images
+    normalised to [-1, 1] by ``tfseg.models.normalize``, labels), mapped on the host.
+
+    tfseg's model takes normalised images (as ``keras.applications`` models take
+    ``preprocess_input``'s); tfseg's own step normalises uint8 on the device instead, to
+    copy 1 byte a channel, not 4 (6 MB more per 1024x2048 image here).
+    """
+    return dataset.map(plain(lambda images, labels: (normalize(images), labels)),
+                       num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)

@@ -27,7 +27,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from tfseg.data import camvid, cityscapes, footprint, order, tfrecords, voc
+from tfseg.data import ade20k, camvid, cityscapes, folder, footprint, order, tfrecords, voc
 from tfseg.data.decode import decode_pairs, pairs_dataset
 from tfseg.data.feed import require_reachable
 from tfseg.data.source import IGNORE_LABEL, Source, as_int32
@@ -36,7 +36,8 @@ from tfseg.data.synthetic import write_synthetic_cityscapes
 from tfseg.data.traced import plain
 from tfseg.data.transforms import PAD_VALUE, eval_transform, train_transform
 
-_READERS = {"cityscapes": cityscapes.source, "voc": voc.source, "camvid": camvid.source}
+_READERS = {"cityscapes": cityscapes.source, "voc": voc.source, "camvid": camvid.source,
+            "ade20k": ade20k.source, "folder": folder.source}
 
 
 def get_source(config):
@@ -57,10 +58,15 @@ def get_source(config):
 
 def class_names(config):
     """The class names of the data set ``config`` reads, without listing or reading
-    its images (CamVid reads ``class_dict.csv``, TFRecords their metadata), so that
-    a run can be planned before the data set is on disk."""
+    its images (CamVid reads ``class_dict.csv``, "folder" ``classes.txt``, ADE20K an
+    ``objectInfo150`` file if there is one, TFRecords their metadata), so that a run
+    can be planned before the data set is on disk."""
     if config.dataset == "camvid":
         return camvid.read_class_dict(os.path.join(config.root, "class_dict.csv"))[0]
+    if config.dataset == "folder":
+        return folder.read_classes(os.path.join(config.root, folder.CLASS_FILE))[0]
+    if config.dataset == "ade20k":
+        return ade20k.class_names(config.root)
     if config.dataset == "tfrecord":
         return tuple(tfrecords.read_metadata(config.root, config.split)["class_names"])
     return voc.CLASS_NAMES if config.dataset == "voc" else cityscapes.CLASS_NAMES
@@ -71,6 +77,10 @@ def palette(config):
     its images (as ``class_names``)."""
     if config.dataset == "camvid":
         return camvid.read_class_dict(os.path.join(config.root, "class_dict.csv"))[1]
+    if config.dataset == "folder":
+        return folder.read_classes(os.path.join(config.root, folder.CLASS_FILE))[1]
+    if config.dataset == "ade20k":
+        return ade20k.PALETTE
     if config.dataset == "tfrecord":
         return np.asarray(tfrecords.read_metadata(config.root, config.split)["palette"])
     return voc.PALETTE if config.dataset == "voc" else cityscapes.PALETTE

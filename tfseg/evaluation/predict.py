@@ -1,10 +1,25 @@
-"""The predict run: images in (a file or a folder), colour-coded label PNGs and overlays out."""
+"""The predict run: images in (a file or a folder), label PNGs out, in one of three formats.
+
+``--output_format`` (``config.run.output_format``):
+  * ``colour`` (default): ``NAME_label.png`` in the palette's colours and
+    ``NAME_overlay.png``, the colours blended over the image.
+  * ``train_ids``: ``NAME_label.png``, one uint8 channel of class ids 0..C-1.
+  * ``label_ids``: ``NAME.png``, one uint8 channel of Cityscapes label ids (the
+    ``id`` column of cityscapesScripts' ``labels.py``: road = 7), for its
+    benchmark server. ``evalPixelLevelSemanticLabeling.py`` pairs a ground truth
+    ``CITY_SEQ_FRAME_gtFine_labelIds.png`` with the one prediction matching
+    ``CITY_SEQ_FRAME*.png``, so keeping the input's stem
+    (``CITY_SEQ_FRAME_leftImg8bit``) is what it needs. Only for runs whose
+    classes are Cityscapes' 19 train ids; the mapping is the Cityscapes reader's
+    table, inverted.
+"""
 
 import os
 
 import numpy as np
 from PIL import Image
 
+from tfseg.data import cityscapes
 from tfseg.errors import InputError
 from tfseg.evaluation.evaluate import inference_config
 from tfseg.evaluation.inference import Predictor
@@ -28,32 +43,86 @@ def list_images(path):
     return images
 
 
+def train_to_label_ids():
+    """uint8 [256]: Cityscapes train id -> label id; 255 (and anything unmapped) -> 0,
+    "unlabeled", which the benchmark ignores."""
+    table = np.zeros(256, np.uint8)
+    for label_id, train_id in cityscapes.LABEL_ID_TO_TRAIN_ID.items():
+        table[train_id] = label_id
+    return table
+
+
+def _require_format(output_format, classes):
+    """Raise ``InputError`` naming --output_format when the run's classes do not allow it."""
+    if output_format == "label_ids" and tuple(classes.class_names) != cityscapes.CLASS_NAMES:
+        raise InputError(
+            f"--output_format: label_ids writes Cityscapes label ids and needs a model of "
+            f"Cityscapes' {cityscapes.NUM_CLASSES} train ids; this one's classes are "
+            f"{', '.join(classes.class_names[:3])}, ... ({classes.num_classes}); use "
+            f"train_ids or colour")
+    if output_format == "train_ids" and classes.num_classes > 256:
+        raise InputError(f"--output_format: train_ids writes 8-bit PNGs; this model has "
+                         f"{classes.num_classes} classes")
+
+
+_SUFFIXES = {"colour": ("_label", "_overlay"), "train_ids": ("_label",), "label_ids": ("",)}
+
+
+def _targets(paths, out_dir, output_format):
+    """[[output path per suffix] per input path]; refuses to overwrite an input (label_ids
+    keeps the stem, so a PNG input in the output folder would be replaced)."""
+    targets = []
+    for path in paths:
+        stem = os.path.splitext(os.path.basename(path))[0]
+        targets.append([os.path.join(out_dir, f"{stem}{s}.png") for s in _SUFFIXES[output_format]])
+        clash = [t for t in targets[-1] if os.path.exists(t) and os.path.samefile(t, path)]
+        if clash:
+            raise InputError(f"--output_dir: writing {clash[0]} would replace that input "
+                             f"image; choose another folder")
+    return targets
+
+
+def _outputs(output_format, rgb, labels, palette):
+    """uint8 pixels per ``_SUFFIXES`` entry for one image's class ids ``labels`` [H, W]."""
+    if output_format == "train_ids":
+        return [labels.astype(np.uint8)]
+    if output_format == "label_ids":
+        return [train_to_label_ids()[labels]]
+    colours = colourise(labels, palette).numpy()
+    overlay = (OVERLAY_ALPHA * colours + (1 - OVERLAY_ALPHA) * rgb).astype(np.uint8)
+    return [colours, overlay]
+
+
 def predict(config, log=print):
-    """Writes ``NAME_label.png`` (palette colours) and ``NAME_overlay.png`` per input image.
+    """Writes the label PNGs of ``config.run.output_format`` (see the module) per input image.
 
     Returns the list of written paths. Output goes to ``config.output_dir``
     (default ``MODEL_DIR/predictions``).
+
+    Raises:
+      InputError: no --input_path, an unreadable image, an output that would
+        replace an input, or an --output_format the model's classes do not allow.
     """
-    if not config.run.input_path:
+    run = config.run
+    if not run.input_path:
         raise InputError("--input_path: required for --mode=predict (an image or a folder)")
-    paths = list_images(config.run.input_path)
+    paths = list_images(run.input_path)
+    out_dir = run.output_dir or os.path.join(run.model_dir, "predictions")
+    targets = _targets(paths, out_dir, run.output_format)
     # The palette comes from the run's config.json: no data set needed.
     model, classes, _, config = load_model(config, log=log)
+    _require_format(run.output_format, classes)
     predictor = Predictor(model, inference_config(config))
-    out_dir = config.run.output_dir or os.path.join(config.run.model_dir, "predictions")
     os.makedirs(out_dir, exist_ok=True)
     written = []
-    for path in paths:
+    for path, outputs in zip(paths, targets):
         try:
             rgb = np.asarray(Image.open(path).convert("RGB"))
         except OSError as error:
             raise InputError(f"tfseg: cannot read image {path}: {error}") from None
-        labels = predictor.classes(rgb[np.newaxis])[0]  # uint8: normalised inside
-        colours = colourise(labels, classes.palette).numpy()
-        overlay = (OVERLAY_ALPHA * colours + (1 - OVERLAY_ALPHA) * rgb).astype(np.uint8)
-        stem = os.path.splitext(os.path.basename(path))[0]
-        for suffix, pixels in (("label", colours), ("overlay", overlay)):
-            target = os.path.join(out_dir, f"{stem}_{suffix}.png")
+        labels = predictor.classes(rgb[np.newaxis])[0].numpy()  # uint8 in: normalised inside
+        for target, pixels in zip(outputs, _outputs(run.output_format, rgb, labels,
+                                                    classes.palette)):
             Image.fromarray(pixels).save(target)
             written.append(target)
     log(f"wrote {len(written)} PNGs for {len(paths)} image(s) to {out_dir}")

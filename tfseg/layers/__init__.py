@@ -4,10 +4,16 @@ from tfseg.layers.inplace_norm import GAMMA_EPSILON, inplace_batch_norm, inplace
 from tfseg.layers.norm_layers import InplaceBatchNormalization, InplaceGroupNormalization
 from tfseg.layers.recompute import Recompute
 from tfseg.layers.branches import SerialBranches
-from tfseg.layers.fused_conv import LeanDepthwiseConv2D, ReluConv2D, ReluDepthwiseConv2D, lean_conv
+from tfseg.layers.keep_input import lean_conv, lean_max_pool
+from tfseg.layers.fused_conv import (ActivationConv2D, ActivationDepthwiseConv2D,
+                                     ActivationMaxPooling2D,
+                                     LeanDepthwiseConv2D, ReluConv2D, ReluDepthwiseConv2D)
 from tfseg.layers.resize import ResizeLike
 
 __all__ = [
+    "ActivationConv2D",
+    "ActivationDepthwiseConv2D",
+    "ActivationMaxPooling2D",
     "GAMMA_EPSILON",
     "InplaceBatchNormalization",
     "InplaceGroupNormalization",
@@ -20,4 +26,5 @@ __all__ = [
     "inplace_batch_norm",
     "inplace_group_norm",
     "lean_conv",
+    "lean_max_pool",
 ]

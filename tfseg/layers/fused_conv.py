@@ -1,13 +1,15 @@
-"""Convolutions that keep only their input: ReLU (and padding) fused into the conv.
+"""Convolutions that keep only their input: the activation (and padding) before
+them fused in.
 
 A stock `ReLU -> DepthwiseConv2D` (or `-> Conv2D`) keeps relu(x) for the conv's
-filter gradient and for ReLU's own gradient. The twins here keep x, the output
-of the norm before them, which an output-only norm keeps anyway. So one stored
-tensor serves both backward passes. relu(x) (and a dilated depthwise conv's
-space-to-batch copy, where TF's form is kept) is rebuilt in the backward pass, once
-the output gradient has arrived; a folded zero padding is the kernels' own. Fusing
-alone saves nothing in TF; the saving comes with the output-only norms of
-`inplace_norm`.
+filter gradient and x or relu(x) for ReLU's own gradient; swish, GELU and the other
+elementwise activations keep x as well. The twins here keep x, the output of the
+norm before them, which an output-only norm keeps anyway. So one stored tensor
+serves both backward passes. The activation (and a dilated depthwise conv's
+space-to-batch copy, where TF's form is kept) is run again in the backward pass,
+once the output gradient has arrived (`keep_input.lean_conv`); a folded zero
+padding is the kernels' own. Fusing alone saves nothing in TF; the saving comes
+with the output-only norms of `inplace_norm`.
 """
 
 import keras
@@ -15,60 +17,8 @@ import tensorflow as tf
 from keras import ops
 
 from tfseg.layers import dilated
-from tfseg.layers.inplace_norm import _gated
-
-
-def lean_conv(x, kernel, *, conv, input_grad=None, filter_grad=None, relu=False, pad=None,
-              name=None):
-    """conv(pad(relu(x)), kernel), keeping only x and kernel for the backward pass.
-
-    Args:
-      conv: (inputs, kernel) -> outputs.
-      input_grad, filter_grad: the conv's backprop kernels, (prepared input or its
-        shape, kernel or its shape, dy) -> gradient; without them the backward
-        pass differentiates a recomputed `conv` (dilated convs, whose gradient
-        TF builds from space-to-batch).
-      relu: apply ReLU first; its gradient masks where x <= 0 (`ReluGrad`).
-      pad: explicit [[top, bottom], [left, right]] zero padding.
-      name: the name scope of the backward pass's ops (the tape calls it outside
-        the layer's), e.g. the layer's name, so memory reports can attribute them.
-    """
-
-    def prepare(t):
-        t = tf.nn.relu(t) if relu else t
-        return tf.pad(t, [[0, 0], *pad, [0, 0]]) if pad is not None else t
-
-    @tf.custom_gradient
-    def forward(x, kernel):
-        xs, ks = tf.stop_gradient(x), tf.stop_gradient(kernel)
-        y = conv(prepare(xs), ks)
-
-        def backward(dy):
-            with tf.name_scope(name or "lean_conv"):
-                prepared = prepare(_gated(xs, dy))
-                if input_grad is not None:
-                    d_kernel = filter_grad(prepared, tf.shape(ks), dy)
-                    # After the filter gradient: relu(x) is then free before the input
-                    # gradient and its ReLU mask are made (TF ran them side by side).
-                    with tf.control_dependencies([d_kernel]):
-                        d_prepared = input_grad(tf.shape(prepared), ks, dy)
-                else:
-                    with tf.GradientTape() as tape:
-                        tape.watch([prepared, ks])
-                        y_again = conv(prepared, ks)
-                    d_prepared, d_kernel = tape.gradient(y_again, [prepared, ks],
-                                                         output_gradients=dy)
-                if pad is not None:
-                    shape = tf.shape(xs)
-                    d_prepared = d_prepared[:, pad[0][0]:pad[0][0] + shape[1],
-                                            pad[1][0]:pad[1][0] + shape[2]]
-                if relu:
-                    d_prepared = tf.raw_ops.ReluGrad(gradients=d_prepared, features=xs)
-                return d_prepared, d_kernel
-
-        return y, backward
-
-    return forward(x, kernel)
+from tfseg.layers.elementwise import deserialize
+from tfseg.layers.keep_input import lean_conv, lean_max_pool
 
 
 def _finish(layer, outputs):
@@ -77,19 +27,22 @@ def _finish(layer, outputs):
     return layer.activation(outputs) if layer.activation is not None else outputs
 
 
-def _depthwise(layer, inputs, relu, pad):
-    strides = [1, *layer.strides, 1]
+def _explicit(layer, pad):
+    """(padding, explicit_paddings, pad left to make): a folded ZeroPadding2D before a
+    'valid' undilated conv is the kernels' explicit padding, so no padded copy is
+    made and the input gradient needs no slicing out of a padded one."""
     padding = layer.padding.upper()
+    if pad is not None and padding == "VALID" and tuple(layer.dilation_rate) == (1, 1):
+        return "EXPLICIT", [0, 0, *pad[0], *pad[1], 0, 0], None
+    return padding, [], pad
+
+
+def _depthwise(layer, inputs, activation, pad):
+    strides = [1, *layer.strides, 1]
     kernel = ops.cast(layer.kernel, layer.compute_dtype)
     if dilated.usable(layer, inputs.shape):
-        return _finish(layer, _shifted_depthwise(layer, inputs, kernel, relu, pad))
-    if pad is not None and padding == "VALID" and tuple(layer.dilation_rate) == (1, 1):
-        # A folded ZeroPadding2D as the kernels' explicit padding: no padded copy is
-        # made, and the input gradient needs no slicing out of a padded one.
-        explicit, padding = [0, 0, *pad[0], *pad[1], 0, 0], "EXPLICIT"
-        pad = None
-    else:
-        explicit = []
+        return _finish(layer, _shifted_depthwise(layer, inputs, kernel, activation, pad))
+    padding, explicit, pad = _explicit(layer, pad)
 
     def conv(t, k):
         if padding == "EXPLICIT":
@@ -110,11 +63,11 @@ def _depthwise(layer, inputs, relu, pad):
     # Dilated where the shifted taps do not apply or pay: TF's space-to-batch form.
     grads = {} if tuple(layer.dilation_rate) != (1, 1) else dict(input_grad=input_grad,
                                                                  filter_grad=filter_grad)
-    return _finish(layer, lean_conv(inputs, kernel, conv=conv, relu=relu, pad=pad,
-                                    name=layer.name, **grads))
+    return _finish(layer, lean_conv(inputs, kernel, conv=conv, activation=activation,
+                                    pad=pad, name=layer.name, **grads))
 
 
-def _shifted_depthwise(layer, inputs, kernel, relu, pad):
+def _shifted_depthwise(layer, inputs, kernel, activation, pad):
     """A dilated depthwise conv without space-to-batch (`tfseg.layers.dilated`)."""
     rate, kernel_hw = tuple(layer.dilation_rate), tuple(layer.kernel_size)
     pads = ([(0, 0), (0, 0)] if layer.padding == "valid"
@@ -124,7 +77,7 @@ def _shifted_depthwise(layer, inputs, kernel, relu, pad):
     in_hw = tuple(inputs.shape[1:3])
 
     return lean_conv(
-        inputs, kernel, relu=relu, name=layer.name,
+        inputs, kernel, activation=activation, name=layer.name,
         conv=lambda t, k: dilated.depthwise(t, k, rate, pads),
         input_grad=lambda shape, k, dy: dilated.input_grad(dy, k, rate, pads, in_hw),
         filter_grad=lambda t, shape, dy: dilated.filter_grad(t, dy, kernel_hw, rate, pads))
@@ -135,24 +88,24 @@ def _channels_last(layer):
         raise ValueError(f"{layer.name}: {type(layer).__name__} needs channels_last")
 
 
-@keras.saving.register_keras_serializable(package="tfseg")
-class ReluDepthwiseConv2D(keras.layers.DepthwiseConv2D):
-    """Drop-in twin of `ReLU` [-> `ZeroPadding2D`] -> `keras.layers.DepthwiseConv2D`.
+class _TakesInput:
+    """The conv twins' own arguments: `input_activation` (the elementwise activation
+    taken in: "relu", a `keras.activations` name, a serialized activation layer
+    (`tfseg.layers.elementwise`) or None) and `input_padding` ((top, bottom), (left, right)):
+    the zero padding of a `ZeroPadding2D` in front, folded in so its padded copy is
+    not kept."""
 
-    Same arguments and variables as the depthwise layer it replaces, plus
-    `input_padding` ((top, bottom), (left, right)): the zero padding of a
-    `ZeroPadding2D` in front of it, folded in so its padded copy is not kept.
-    Keeps only its input. Shapes: [N, H, W, C] -> [N, H', W', C * depth_multiplier].
-    """
-
-    def __init__(self, *args, input_padding=None, **kwargs):
+    def __init__(self, *args, input_activation="relu", input_padding=None, **kwargs):
         super().__init__(*args, **kwargs)
         _channels_last(self)
+        self.input_activation = input_activation
+        fn = None if input_activation is None else deserialize(input_activation)
+        # "relu" keeps TF's ReluGrad (a mask from the input); others are differentiated.
+        self._input_fn = "relu" if fn is keras.activations.relu else fn
         self.input_padding = None if input_padding is None else tuple(map(tuple, input_padding))
 
-    def call(self, inputs):
-        pad = None if self.input_padding is None else [list(p) for p in self.input_padding]
-        return _depthwise(self, inputs, relu=True, pad=pad)
+    def _pad(self):
+        return None if self.input_padding is None else [list(p) for p in self.input_padding]
 
     def compute_output_shape(self, input_shape):
         if self.input_padding is not None:
@@ -162,7 +115,30 @@ class ReluDepthwiseConv2D(keras.layers.DepthwiseConv2D):
         return super().compute_output_shape(input_shape)
 
     def get_config(self):
-        return {**super().get_config(), "input_padding": self.input_padding}
+        return {**super().get_config(), "input_activation": self.input_activation,
+                "input_padding": self.input_padding}
+
+
+@keras.saving.register_keras_serializable(package="tfseg")
+class ActivationDepthwiseConv2D(_TakesInput, keras.layers.DepthwiseConv2D):
+    """Drop-in twin of an elementwise activation [-> `ZeroPadding2D`] ->
+    `keras.layers.DepthwiseConv2D` (ReLU, ReLU6, swish, hard-swish, GELU, ...; see
+    `tfseg.layers.elementwise`), in either order.
+
+    Same arguments and variables as the depthwise layer it replaces, plus
+    `input_activation` and `input_padding` (see `_TakesInput`). Keeps only its input
+    (the activation's), and runs the activation again once the output gradient
+    arrives. Shapes: [N, H, W, C] -> [N, H', W', C * depth_multiplier].
+    """
+
+    def call(self, inputs):
+        return _depthwise(self, inputs, activation=self._input_fn, pad=self._pad())
+
+
+@keras.saving.register_keras_serializable(package="tfseg")
+class ReluDepthwiseConv2D(ActivationDepthwiseConv2D):
+    """`ActivationDepthwiseConv2D` with a plain ReLU: the twin of `ReLU`
+    [-> `ZeroPadding2D`] -> `DepthwiseConv2D`."""
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
@@ -178,43 +154,77 @@ class LeanDepthwiseConv2D(keras.layers.DepthwiseConv2D):
         _channels_last(self)
 
     def call(self, inputs):
-        return _depthwise(self, inputs, relu=False, pad=None)
+        return _depthwise(self, inputs, activation=None, pad=None)
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
-class ReluConv2D(keras.layers.Conv2D):
-    """Drop-in twin of `ReLU` -> `keras.layers.Conv2D` (groups=1) that keeps the
-    pre-ReLU input instead of the ReLU output. Same arguments and variables as
-    the conv. Shapes: [N, H, W, C] -> [N, H', W', filters].
+class ActivationConv2D(_TakesInput, keras.layers.Conv2D):
+    """Drop-in twin of an elementwise activation [-> `ZeroPadding2D`] ->
+    `keras.layers.Conv2D` (groups=1) that keeps the activation's input instead of
+    its output, and runs the activation again once the output gradient arrives.
+    Same arguments and variables as the conv, plus `input_activation` and
+    `input_padding` (see `_TakesInput`). Shapes: [N, H, W, C] -> [N, H', W', filters].
+
+    `scale` (a call argument, [N, 1, 1, C]): the conv's input is
+    activation(inputs) * scale, the product a `keras.layers.Multiply` makes in
+    squeeze-and-excitation blocks (EfficientNet, MobileNetV3), which is then not kept
+    (`tfseg.memory.rewrite` folds such Multiplys in). SENet: Hu et al. 2018,
+    https://arxiv.org/abs/1709.01507.
     """
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        _channels_last(self)
         if self.groups != 1:
-            raise ValueError(f"{self.name}: ReluConv2D needs groups=1")
+            raise ValueError(f"{self.name}: {type(self).__name__} needs groups=1")
 
-    def call(self, inputs):
+    def call(self, inputs, scale=None):
         strides = [1, *self.strides, 1]
-        padding = self.padding.upper()
         dilations = [1, *self.dilation_rate, 1]
+        padding, explicit, pad = _explicit(self, self._pad())
 
         def conv(t, k):
-            return tf.nn.conv2d(t, k, strides, padding, dilations=dilations)
+            if tuple(self.dilation_rate) != (1, 1):
+                # tf.nn.convolution: a dilated Conv2D op has no gradient kernel on the
+                # CPU without oneDNN; this one runs it through space-to-batch there.
+                return tf.nn.convolution(t, k, strides=self.strides, padding=padding,
+                                         dilations=self.dilation_rate)
+            return tf.raw_ops.Conv2D(input=t, filter=k, strides=strides, padding=padding,
+                                     explicit_paddings=explicit, dilations=dilations)
 
         def input_grad(shape, k, dy):
             return tf.raw_ops.Conv2DBackpropInput(
                 input_sizes=shape, filter=k, out_backprop=dy, strides=strides, padding=padding,
-                dilations=dilations)
+                explicit_paddings=explicit, dilations=dilations)
 
         def filter_grad(t, shape, dy):
             return tf.raw_ops.Conv2DBackpropFilter(
                 input=t, filter_sizes=shape, out_backprop=dy, strides=strides, padding=padding,
-                dilations=dilations)
+                explicit_paddings=explicit, dilations=dilations)
 
         kernel = ops.cast(self.kernel, self.compute_dtype)
         grads = {}
         if tuple(self.dilation_rate) == (1, 1):
             grads = dict(input_grad=input_grad, filter_grad=filter_grad)
-        return _finish(self, lean_conv(inputs, kernel, conv=conv, relu=True, name=self.name,
-                                       **grads))
+        return _finish(self, lean_conv(inputs, kernel, conv=conv, activation=self._input_fn,
+                                       scale=scale, pad=pad, name=self.name, **grads))
+
+
+@keras.saving.register_keras_serializable(package="tfseg")
+class ReluConv2D(ActivationConv2D):
+    """`ActivationConv2D` with a plain ReLU: the twin of `ReLU` -> `Conv2D`."""
+
+
+@keras.saving.register_keras_serializable(package="tfseg")
+class ActivationMaxPooling2D(_TakesInput, keras.layers.MaxPooling2D):
+    """Drop-in twin of an elementwise activation [-> `ZeroPadding2D`] ->
+    `keras.layers.MaxPooling2D` (ResNet's stem: ReLU -> padding -> 3x3 max pool),
+    keeping the activation's input and its own output (which the next layer keeps
+    anyway) instead of the activation's output and its padded copy. Same arguments
+    as the pool, plus `input_activation` and `input_padding` (see `_TakesInput`).
+    Shapes: [N, H, W, C] -> [N, H', W', C].
+    """
+
+    def call(self, inputs):
+        return lean_max_pool(inputs, ksize=[1, *self.pool_size, 1],
+                             strides=[1, *self.strides, 1], padding=self.padding.upper(),
+                             activation=self._input_fn, pad=self._pad(), name=self.name)

@@ -77,23 +77,31 @@ def _gated(tensor, gradient, vector=None):
     return gated, vector + tf.cast(zero, vector.dtype)
 
 
-def _plus_residual(y, residual):
+def _plus_residual(y, residual, relu=False):
     """(y + residual, rebuild): with a residual connection right after the norm, the
     backward pass keeps the sum (which the next layer keeps anyway) and the
     residual (kept by its own producer) instead of y, and rebuilds y = z - residual.
-    That differs from y by at most an ulp of z (in y's dtype)."""
+    That differs from y by at most an ulp of z (in y's dtype). With `relu`, the
+    residual is relu(residual) (a ReLU that is not kept: ResNet's block output
+    feeding the next block's add), run again for the rebuild once z is gated."""
     if not residual:
         return y, lambda out: out
     r = tf.stop_gradient(residual[0])  # see inplace_batch_norm's stop_gradient
-    return y + tf.cast(r, y.dtype), lambda z: z - tf.cast(r, z.dtype)
+    if not relu:
+        return y + tf.cast(r, y.dtype), lambda z: z - tf.cast(r, z.dtype)
+    return (y + tf.cast(tf.nn.relu(r), y.dtype),
+            lambda z: z - tf.cast(tf.nn.relu(_gated(r, z)), z.dtype))
 
 
-def _residual_grad(dz, residual):
-    return [tf.cast(dz, residual[0].dtype)] if residual else []
+def _residual_grad(dz, residual, relu=False):
+    if not residual:
+        return []
+    grad = tf.cast(dz, residual[0].dtype)
+    return [tf.raw_ops.ReluGrad(gradients=grad, features=residual[0]) if relu else grad]
 
 
 def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_epsilon=GAMMA_EPSILON,
-                       name=None, residual=None):
+                       name=None, residual=None, residual_relu=False):
     """Training-mode batch norm over all axes but the last, keeping only y.
 
     Returns (y in x.dtype, batch mean, biased batch variance); statistics are
@@ -102,6 +110,7 @@ def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_eps
     backward pass's ops (the tape calls it outside the layer's), e.g. the layer's
     name, so memory reports can attribute them. `residual`: a tensor of y's shape
     added to y (returned as the output); the backward pass then keeps the sum, not y.
+    `residual_relu`: add relu(residual) instead, without keeping it.
     """
     axes = list(range(len(x.shape) - 1))
     fused = fused_norm.supports(x, epsilon, synchronized)
@@ -122,12 +131,12 @@ def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_eps
             mean, variance = ops.moments(x32, axes=axes, synchronized=synchronized)
             y = ops.batch_normalization(x32, mean, variance, axis=-1, offset=b, scale=g,
                                         epsilon=epsilon)
-        out, rebuild = _plus_residual(tf.cast(y, x.dtype), residual)
+        out, rebuild = _plus_residual(tf.cast(y, x.dtype), residual, residual_relu)
         inv_std = tf.math.rsqrt(variance + epsilon)
 
         def backward(dy, *_):
             with tf.name_scope(name or "batch_norm"):
-                more = _residual_grad(dy, residual)
+                more = _residual_grad(dy, residual, residual_relu)
                 if fused:  # x rebuilt from y for the gradient kernel
                     out_gated, k = _gated(out, dy, fused_norm.rebuild_scale(g, variance, epsilon))
                     x_again = fused_norm.rebuild_input(rebuild(out_gated), k, mean, b)
@@ -177,9 +186,9 @@ def frozen_batch_norm(x, mean, variance, gamma, beta, *, epsilon):
 
 
 def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_EPSILON, name=None,
-                       residual=None):
-    """Group norm over channels-last `x` (any rank >= 3), keeping only y. `name` and
-    `residual`: as for `inplace_batch_norm`."""
+                       residual=None, residual_relu=False):
+    """Group norm over channels-last `x` (any rank >= 3), keeping only y. `name`,
+    `residual` and `residual_relu`: as for `inplace_batch_norm`."""
     channels = x.shape[-1]
     spatial_axes = list(range(1, len(x.shape) - 1))
     # Grouped layout [N, *spatial, G, C/G]; statistics over spatial and C/G.
@@ -202,7 +211,8 @@ def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_E
         scale = inv_std * g
         y = xg * scale + (b - mean * scale)
         x_shape = tf.shape(x)  # not x itself: see inplace_batch_norm
-        out, rebuild = _plus_residual(tf.cast(tf.reshape(y, x_shape), x_dtype), residual)
+        out, rebuild = _plus_residual(tf.cast(tf.reshape(y, x_shape), x_dtype), residual,
+                                      residual_relu)
 
         def backward(dy):
             with tf.name_scope(name or "group_norm"):
@@ -221,7 +231,7 @@ def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_E
                 dx = tf.cast(tf.reshape(dx, x_shape), x_dtype)
                 dgamma = tf.cast(tf.reshape(dgamma, [channels]), gamma_dtype)
                 dbeta = tf.cast(tf.reshape(dbeta, [channels]), beta_dtype)
-                return (dx, dgamma, dbeta, *_residual_grad(dy, residual))
+                return (dx, dgamma, dbeta, *_residual_grad(dy, residual, residual_relu))
 
         return out, backward
 

@@ -19,10 +19,13 @@ def _affine(layer, inputs):
     return gamma, beta
 
 
-def _plus(layer, y, residual):
-    """The stock layer's output [+ residual], as a following `keras.layers.Add` adds."""
+def _plus(layer, y, residual, relu=False):
+    """The stock layer's output [+ residual, or + relu(residual)], as a following
+    `keras.layers.Add` adds."""
     y = ops.cast(y, layer.compute_dtype)
-    return y if residual is None else ops.add(y, residual)
+    if residual is None:
+        return y
+    return ops.add(y, ops.relu(residual) if relu else residual)
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
@@ -43,10 +46,11 @@ class InplaceBatchNormalization(keras.layers.BatchNormalization):
     `residual` (a call argument, y's shape): returns y + residual, what a
     `keras.layers.Add` after the norm makes, keeping the sum instead of y (a
     residual connection then keeps one tensor less; `tfseg.memory.rewrite` folds
-    such Adds in).
+    such Adds in). `residual_relu`: adds relu(residual) instead, without keeping it
+    (ResNet's block output, a ReLU of the previous sum, feeding this block's add).
     """
 
-    def call(self, inputs, training=None, mask=None, residual=None):
+    def call(self, inputs, training=None, mask=None, residual=None, residual_relu=False):
         stock = mask is not None or self.renorm or self.axis not in (-1, len(inputs.shape) - 1)
         if not self.trainable and not stock:
             gamma, beta = _affine(self, inputs)
@@ -54,13 +58,14 @@ class InplaceBatchNormalization(keras.layers.BatchNormalization):
             y = frozen_batch_norm(inputs, ops.cast(self.moving_mean, dtype),
                                   ops.cast(self.moving_variance, dtype), gamma, beta,
                                   epsilon=self.epsilon)
-            return _plus(self, y, residual)
+            return _plus(self, y, residual, residual_relu)
         if not (training and self.trainable) or stock:
-            return _plus(self, super().call(inputs, training=training, mask=mask), residual)
+            return _plus(self, super().call(inputs, training=training, mask=mask), residual,
+                         residual_relu)
         gamma, beta = _affine(self, inputs)
         y, mean, variance = inplace_batch_norm(
             inputs, gamma, beta, epsilon=self.epsilon, synchronized=self.synchronized,
-            name=self.name, residual=residual)
+            name=self.name, residual=residual, residual_relu=residual_relu)
         for var, value in ((self.moving_mean, mean), (self.moving_variance, variance)):
             value = tf.stop_gradient(value)
             var.assign(ops.cast(var, value.dtype) * self.momentum + value * (1.0 - self.momentum))
@@ -75,13 +80,13 @@ class InplaceGroupNormalization(keras.layers.GroupNormalization):
     no training mode, so it always keeps y and rebuilds x_hat in the backward pass;
     channels-first axes run the stock code. Wu & He, "Group Normalization", ECCV
     2018, https://arxiv.org/abs/1803.08494. Shapes: [N, ..., C] -> [N, ..., C].
-    `residual`: as for `InplaceBatchNormalization`.
+    `residual` and `residual_relu`: as for `InplaceBatchNormalization`.
     """
 
-    def call(self, inputs, residual=None):
+    def call(self, inputs, residual=None, residual_relu=False):
         if self.axis not in (-1, len(inputs.shape) - 1):
-            return _plus(self, super().call(inputs), residual)
+            return _plus(self, super().call(inputs), residual, residual_relu)
         gamma, beta = _affine(self, inputs)
         y = inplace_group_norm(inputs, gamma, beta, groups=self.groups, epsilon=self.epsilon,
-                               name=self.name, residual=residual)
+                               name=self.name, residual=residual, residual_relu=residual_relu)
         return ops.cast(y, self.compute_dtype)

@@ -1,27 +1,24 @@
-"""Where a functional Keras model can use the memory-saving twins: the graph patterns."""
+"""Where a functional Keras model can use the memory-saving twins: the plan."""
 
-import collections
 import dataclasses
 
 import keras
 
 from tfseg.layers import (
-    InplaceBatchNormalization,
-    InplaceGroupNormalization,
+    ActivationConv2D,
+    ActivationDepthwiseConv2D,
+    ActivationMaxPooling2D,
     LeanDepthwiseConv2D,
     ReluConv2D,
     ReluDepthwiseConv2D,
 )
-from tfseg.layers.recompute import is_linear_conv
-from tfseg.memory.segments import branch_nodes, producer, segment_nodes
+from tfseg.layers import elementwise
+from tfseg.memory.matchers import (NORM_TWINS, Graph, activation_chain, relu_start,
+                                   residual_folds, scaled_input, separable_chain,
+                                   shared_relus)
+from tfseg.memory.segments import branch_nodes, segment_nodes
 
-# Exact stock classes only: a subclass may change the maths.
-NORM_TWINS = {
-    keras.layers.BatchNormalization: InplaceBatchNormalization,
-    keras.layers.GroupNormalization: InplaceGroupNormalization,
-}
-# Elementwise and deterministic, so a separable block can run them again.
-_ACTIVATIONS = (keras.layers.ReLU, keras.layers.Activation)
+__all__ = ["Graph", "Plan", "plan"]
 
 
 @dataclasses.dataclass
@@ -29,7 +26,7 @@ class Plan:
     """What `rewrite` changes, by layer name."""
 
     separable: list = dataclasses.field(default_factory=list)  # (depthwise, pointwise) pairs
-    fused: list = dataclasses.field(default_factory=list)  # (relu, conv) pairs
+    fused: list = dataclasses.field(default_factory=list)  # (activation, conv) pairs
     lean: list = dataclasses.field(default_factory=list)  # dilated depthwise convs
     inplace: list = dataclasses.field(default_factory=list)  # norm layers
     recomputed: list = dataclasses.field(default_factory=list)  # segment names
@@ -43,165 +40,38 @@ class Plan:
     inner: dict = dataclasses.field(default_factory=dict, repr=False)
     # id(Add node) -> (norm node, the other input): the norm adds it and the Add goes
     folds: dict = dataclasses.field(default_factory=dict, repr=False)
+    # ids of folded Add nodes whose other input is a skipped ReLU's: the norm adds relu(it)
+    relu_residuals: set = dataclasses.field(default_factory=set, repr=False)
+    # id(conv node) -> (Multiply node, its full input, its [N, 1, 1, C] one): the conv
+    # multiplies them itself (squeeze-and-excitation), and the Multiply goes
+    scaled: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def __str__(self):
         return (
-            f"fused {len(self.separable)} separable convs and {len(self.fused)} ReLU+conv pairs, "
+            f"fused {len(self.separable)} separable convs and {len(self.fused)} activation+conv "
+            f"pairs, "
             f"made {len(self.lean)} dilated depthwise convs lean and {len(self.inplace)} norms "
-            f"output-only ({len(self.residual)} with their residual add), recomputing "
+            f"output-only ({len(self.residual)} with their residual add), folded "
+            f"{len(self.scaled)} channel scales into convs, recomputing "
             f"{len(self.recomputed)} blocks"
         )
 
 
-def _is_plain_relu(layer):
-    if type(layer) is keras.layers.ReLU:
-        cfg = layer.get_config()
-        return cfg["max_value"] is None and not cfg["negative_slope"] and not cfg["threshold"]
-    # ReLU6 and leaky ReLU are not ReLU: their masks differ, so they stay.
-    return type(layer) is keras.layers.Activation and layer.activation is keras.activations.relu
-
-
-class Graph:
-    """The nodes of a functional model in topological order, and who uses what."""
-
-    def __init__(self, model):
-        self.model = model
-        self.nodes = [
-            node
-            for depth in sorted(model._nodes_by_depth, reverse=True)
-            for node in model._nodes_by_depth[depth]
-            if node.operation is not None and not node.is_input
-        ]
-        self.consumers = collections.defaultdict(list)
-        for node in self.nodes:
-            for tensor in node.input_tensors:
-                self.consumers[id(tensor)].append(node)
-        self.outputs = {id(t) for t in model.outputs}
-
-    def only_consumer(self, node):
-        """The single node that uses `node`'s single output, else None."""
-        if len(node.outputs) != 1 or id(node.outputs[0]) in self.outputs:
-            return None
-        users = self.consumers[id(node.outputs[0])]
-        return users[0] if len(users) == 1 else None
-
-    def sole_feeder(self, node):
-        """The node that makes `node`'s single input and feeds nothing else, else None."""
-        if len(node.input_tensors) != 1:
-            return None
-        parent = producer(node.input_tensors[0])
-        if parent.is_input or self.only_consumer(parent) is not node:
-            return None
-        return parent
-
-
-def _relu_chain(graph, node):
-    """The ReLU [and ZeroPadding2D] nodes, in either order, that feed only `node`."""
-    relu = pad = None
-    parent = graph.sole_feeder(node)
-    while parent is not None:
-        layer = parent.operation
-        if relu is None and _is_plain_relu(layer):
-            relu = parent
-        elif pad is None and type(layer) is keras.layers.ZeroPadding2D and (
-            type(node.operation) is keras.layers.DepthwiseConv2D
-            and layer.data_format == "channels_last"
-        ):
-            pad = parent
-        else:
-            break
-        parent = graph.sole_feeder(parent)
-    return relu, pad
-
-
-def _fusable_conv(layer, fuse_relu_depthwise, fuse_relu_conv):
-    """The twin that can take a ReLU into `layer`, a conv, or None."""
-    if type(layer) not in (keras.layers.DepthwiseConv2D, keras.layers.Conv2D):
-        return None
-    if len(layer._inbound_nodes) != 1 or layer.data_format != "channels_last":
-        return None
-    if type(layer) is keras.layers.DepthwiseConv2D:
-        return ReluDepthwiseConv2D if fuse_relu_depthwise else None
-    return ReluConv2D if fuse_relu_conv and getattr(layer, "groups", 1) == 1 else None
-
-
-def _shared_relus(graph, taken, fuse_relu_depthwise, fuse_relu_conv):
-    """{ReLU node: {conv name: twin}} for each plain ReLU used by several nodes, each of
-    them a conv that can take the ReLU in (its twin) or a plain ReLU (a ReLU of a
-    ReLU is that ReLU: it can read the ReLU's input as it is).
-
-    Such a ReLU's output is no longer made: its users read its input, which its
-    norm keeps anyway, instead of keeping a second tensor of that size (Xception's
-    `entry_conv2_relu`, read by `entry_block1`'s shortcut and first separable conv:
-    128 MiB at 1024x2048)."""
-    shared = {}
-    for node in graph.nodes:
-        users = graph.consumers[id(node.outputs[0])] if len(node.outputs) == 1 else []
-        if (len(users) < 2 or id(node) in taken or not _is_plain_relu(node.operation)
-                or id(node.outputs[0]) in graph.outputs):
-            continue
-        twins = {}
-        for user in users:
-            twin = _fusable_conv(user.operation, fuse_relu_depthwise, fuse_relu_conv)
-            if twin is not None and id(user) not in taken:
-                twins[user.operation.name] = twin
-            elif not _is_plain_relu(user.operation):
-                break
-        else:
-            shared[node] = twins
-    return shared
-
-
-def _separable_chain(graph, conv):
-    """[activation/ZeroPadding2D ->] DepthwiseConv2D -> norm [-> activation] -> `conv`:
-    the nodes before `conv`, each used once, or None."""
-    if not is_linear_conv(conv.operation):
-        return None
-    chain, node = [], graph.sole_feeder(conv)
-    if node is not None and type(node.operation) in _ACTIVATIONS:
-        chain, node = [node], graph.sole_feeder(node)
-    for kind in (tuple(NORM_TWINS), (keras.layers.DepthwiseConv2D,)):
-        if node is None or type(node.operation) not in kind:
-            return None
-        chain, node = [node, *chain], graph.sole_feeder(node)
-    while node is not None and type(node.operation) in (*_ACTIVATIONS, keras.layers.ZeroPadding2D):
-        chain, node = [node, *chain], graph.sole_feeder(node)
-    if any(len(n.operation._inbound_nodes) != 1 for n in chain):
-        return None  # a shared layer would run in two places
-    return chain
-
-
-def _relu_start(graph, start, inside):
-    """The plain ReLU node that makes a segment's input `start` when the segment (node
-    ids `inside`) is its only reader, else None. The segment then starts before it:
-    the block keeps the ReLU's input (a norm's output, which that norm keeps anyway)
-    instead of a second tensor of that size, and runs the ReLU again."""
-    node = producer(start)
-    if (node.is_input or not _is_plain_relu(node.operation) or id(node) in inside
-            or id(start) in graph.outputs or len(node.operation._inbound_nodes) != 1):
-        return None
-    return node if all(id(user) in inside for user in graph.consumers[id(start)]) else None
-
-
-def _residual_folds(graph, taken, norms):
-    """{id(Add node): (norm node, other input)} for each two-input `Add` fed by one of
-    `norms` (layer names) that feeds only it, at the other input's shape. The folded
-    norm keeps the sum (which the next layer keeps anyway) instead of its own output:
-    a residual connection then keeps two tensors, not three."""
-    folds = {}
-    for node in graph.nodes:
-        if (type(node.operation) is not keras.layers.Add or len(node.input_tensors) != 2
-                or id(node) in taken):
-            continue
-        for i, tensor in enumerate(node.input_tensors):
-            norm, other = producer(tensor), node.input_tensors[1 - i]
-            if (not norm.is_input and id(norm) not in taken and norm.operation.name in norms
-                    and len(norm.operation._inbound_nodes) == 1
-                    and graph.only_consumer(norm) is node and other is not tensor
-                    and tuple(other.shape) == tuple(tensor.shape)):
-                folds[id(node)] = (norm, other)
-                break
-    return folds
+def _take_activation(result, graph, node, relu_twin, twin):
+    """Plans `node`'s twin (`relu_twin` for a plain ReLU) taking in the activation
+    [and zero padding] before it, if there is one; returns whether there was."""
+    act, pad = activation_chain(graph, node)
+    if act is None:
+        return False
+    result.fused.append((act.operation.name, node.operation.name))
+    result.skipped.add(id(act))
+    plain = elementwise.is_plain_relu(act.operation)
+    extra = {} if plain else {"input_activation": elementwise.serialize(act.operation)}
+    if pad is not None:
+        result.skipped.add(id(pad))
+        extra["input_padding"] = pad.operation.padding
+    result.replacements[node.operation.name] = (relu_twin if plain else twin, extra)
+    return True
 
 
 def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
@@ -214,7 +84,7 @@ def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=Tr
     segment_of = {}  # id(node) -> the recompute segment it is in
     for segment in recompute or ():
         inside, start, end = segment_nodes(graph, segment)
-        relu = _relu_start(graph, start, inside | taken)
+        relu = relu_start(graph, start, inside | taken)
         if relu is not None:  # the block keeps the norm's output, kept anyway
             inside, start = inside | {id(relu)}, relu.input_tensors[0]
         if inside & taken:
@@ -227,7 +97,7 @@ def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=Tr
             result.serial[segment.name] = branch_nodes(segment, inside, start, end, shared)
     fused = set()
     for node in graph.nodes if fuse_separable else ():
-        chain = None if id(node) in fused else _separable_chain(graph, node)
+        chain = None if id(node) in fused else separable_chain(graph, node)
         inside = {id(n) for n in chain or ()}
         owners = {segment_of.get(i) for i in inside | {id(node)}}
         # A separable conv inside a recompute segment fuses too (its block is built
@@ -245,9 +115,11 @@ def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=Tr
                             chain[0].input_tensors[0], node)
     taken |= fused
     if fuse_relu_depthwise or fuse_relu_conv:
-        for relu, twins in _shared_relus(graph, taken, fuse_relu_depthwise,
-                                         fuse_relu_conv).items():
+        for relu, (twins, adds) in shared_relus(
+                graph, taken, fuse_relu_depthwise, fuse_relu_conv,
+                fold_adds=inplace_norm and fold_residual).items():
             result.skipped.add(id(relu))
+            result.relu_residuals |= adds
             for name, cls in twins.items():
                 result.fused.append((relu.operation.name, name))
                 result.replacements[name] = (cls, {})
@@ -258,6 +130,9 @@ def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=Tr
         if inplace_norm and type(layer) in NORM_TWINS and layer.name not in result.replacements:
             result.inplace.append(layer.name)  # once, also for a layer called twice
             result.replacements[layer.name] = (NORM_TWINS[type(layer)], {})
+        if (type(layer) is keras.layers.MaxPooling2D and len(layer._inbound_nodes) == 1
+                and layer.data_format == "channels_last" and fuse_relu_conv):
+            _take_activation(result, graph, node, ActivationMaxPooling2D, ActivationMaxPooling2D)
         conv_types = (keras.layers.DepthwiseConv2D, keras.layers.Conv2D)
         if type(layer) not in conv_types or len(layer._inbound_nodes) != 1:
             continue
@@ -265,23 +140,20 @@ def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=Tr
             continue
         is_depthwise = type(layer) is keras.layers.DepthwiseConv2D
         fuse = fuse_relu_depthwise if is_depthwise else fuse_relu_conv
-        relu, pad = _relu_chain(graph, node) if fuse else (None, None)
-        if relu is not None:
-            result.fused.append((relu.operation.name, layer.name))
-            result.skipped.add(id(relu))
-            extra = {}
-            if is_depthwise:
-                cls = ReluDepthwiseConv2D
-                if pad is not None:
-                    result.skipped.add(id(pad))
-                    extra["input_padding"] = pad.operation.padding
-            else:
-                cls = ReluConv2D
-            result.replacements[layer.name] = (cls, extra)
+        twins = ((ReluDepthwiseConv2D, ActivationDepthwiseConv2D) if is_depthwise
+                 else (ReluConv2D, ActivationConv2D))
+        if fuse and _take_activation(result, graph, node, *twins):
+            continue
+        scaled = scaled_input(graph, node) if fuse and not is_depthwise else None
+        if scaled is not None:
+            result.scaled[id(node)] = scaled
+            result.replacements[layer.name] = (ActivationConv2D, {"input_activation": None})
         elif lean_dilated and is_depthwise and tuple(layer.dilation_rate) != (1, 1):
             result.lean.append(layer.name)
             result.replacements[layer.name] = (LeanDepthwiseConv2D, {})
-    result.folds = _residual_folds(graph, taken, set(result.inplace)) if fold_residual else {}
+    result.folds = residual_folds(graph, taken, set(result.inplace)) if fold_residual else {}
+    if not result.relu_residuals <= set(result.folds):
+        raise AssertionError("a shared ReLU's add was planned to fold and does not")
     by_id = {id(node): node for node in graph.nodes}
     result.residual = [(norm.operation.name, by_id[add].operation.name)
                        for add, (norm, _) in result.folds.items()]

@@ -30,10 +30,13 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         backward pass and never runs the conv twice. Inside, the single-layer
         twins below apply too, which shrinks the block's second run.
       fuse_relu_depthwise: replace ReLU [-> ZeroPadding2D] -> DepthwiseConv2D
-        (either order) by `ReluDepthwiseConv2D`, where each output feeds only the
-        next layer. ReLU6 and leaky ReLU are left alone (their masks are not
-        ReLU's).
-      fuse_relu_conv: the same for ReLU -> Conv2D, by `ReluConv2D`.
+        (either order) by `ReluDepthwiseConv2D`, and any other elementwise
+        activation there (ReLU6, leaky ReLU, swish, hard-swish, GELU, ...: see
+        `tfseg.layers.elementwise`) by `ActivationDepthwiseConv2D`, where each
+        output feeds only the next layer: the conv keeps the activation's input
+        and runs the activation again in its backward pass.
+      fuse_relu_conv: the same for an activation -> Conv2D, by `ReluConv2D` or
+        `ActivationConv2D`.
       inplace_norm: replace every stock `BatchNormalization` and
         `GroupNormalization` by its output-only twin.
       lean_dilated: replace the other dilated `DepthwiseConv2D`s by
@@ -60,6 +63,7 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
     summary = plan(model, fuse_separable, fuse_relu_depthwise, fuse_relu_conv, inplace_norm,
                    lean_dilated, recompute, fold_residual)
     folded = {id(norm) for norm, _ in summary.folds.values()}
+    multiplies = {id(multiply) for multiply, _, _ in summary.scaled.values()}
     new_layers, rebuilt = {}, []
     options = dict(fuse_separable=fuse_separable, fuse_relu_depthwise=fuse_relu_depthwise,
                    fuse_relu_conv=fuse_relu_conv, inplace_norm=inplace_norm,
@@ -118,13 +122,19 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
             if id(node) in summary.skipped:
                 tensors[id(node.outputs[0])] = tensors[id(node.input_tensors[0])]
                 continue
-            if id(node) in folded:
-                continue  # made with its residual, at the Add (both inputs exist there)
+            if id(node) in folded or id(node) in multiplies:
+                continue  # made with its residual at the Add, or in the conv it feeds
+            if id(node) in summary.scaled:
+                _, full, scale = summary.scaled[id(node)]
+                tensors[id(node.outputs[0])] = twin(node.operation)(
+                    tensors[id(full)], scale=tensors[id(scale)])
+                continue
             if id(node) in summary.folds:
                 norm, other = summary.folds[id(node)]
                 args, kwargs = norm.arguments.fill_in(tensors)
+                extra = {"residual_relu": True} if id(node) in summary.relu_residuals else {}
                 tensors[id(node.outputs[0])] = twin(norm.operation)(
-                    *args, residual=tensors[id(other)], **kwargs)
+                    *args, residual=tensors[id(other)], **extra, **kwargs)
                 continue
             args, kwargs = node.arguments.fill_in(tensors)
             outputs = twin(node.operation)(*args, **kwargs)

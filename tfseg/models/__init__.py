@@ -1,5 +1,7 @@
-"""tfseg models: DeepLabv3+ with an aligned Xception-65 backbone, and research/deeplab import."""
+"""tfseg models: DeepLabv3+ with an aligned Xception-65 backbone or a keras.applications one,
+and research/deeplab import."""
 
+from tfseg.models.applications import APPLICATIONS, Application, application_backbone
 from tfseg.models.deeplab import deeplab_v3_plus, normalize, part_of, segment_of
 from tfseg.models.freeze import freeze_norms
 from tfseg.models.policy import LayerPolicy
@@ -9,11 +11,14 @@ from tfseg.models.research_deeplab import (REFERENCE_CONVENTIONS, ImportReport,
 from tfseg.models.xception import XCEPTION65, BlockSpec, xception65, xception_features
 
 __all__ = [
+    "APPLICATIONS",
+    "Application",
     "BlockSpec",
     "ImportReport",
     "LayerPolicy",
     "REFERENCE_CONVENTIONS",
     "XCEPTION65",
+    "application_backbone",
     "deeplab_v3_plus",
     "freeze_norms",
     "from_research_deeplab",

@@ -33,10 +33,10 @@ GPU_OVERHEAD_GB = 0.8
 MARGIN = 0.15
 # The settings a plan depends on (the step's model, input, optimizer and device use):
 # a resumed run whose config.json has a plan for the same keeps it.
-PLAN_INPUTS = ("dataset", "crop_size", "batch_size", "output_stride", "norm", "width_multiplier",
-               "middle_repeats", "dropout", "head_epsilon", "resize", "freeze_batch_norm",
-               "momentum", "weight_decay", "weight_decay_type", "class_weights",
-               "grad_accum_steps", "dtype_policy", "jit_compile", "strategy",
+PLAN_INPUTS = ("dataset", "crop_size", "batch_size", "backbone", "output_stride", "norm",
+               "width_multiplier", "middle_repeats", "dropout", "head_epsilon", "resize",
+               "freeze_batch_norm", "momentum", "weight_decay", "weight_decay_type",
+               "class_weights", "grad_accum_steps", "dtype_policy", "jit_compile", "strategy",
                "memory_budget_gb", "verify_plan")
 
 
@@ -100,7 +100,9 @@ class _Frontier:
         self.estimates, self.measured = {}, {}
         repeats = step.run.model.middle_repeats
         self.analysis = self.estimate(Plan("memory_saving", True))["analysis"]
-        self.plans = frontier(candidates(self.analysis.get("segments", {}), repeats), repeats)
+        # Another backbone than Xception-65: the head's segments only.
+        self.plans = frontier(candidates(self.analysis.get("segments", {}), repeats,
+                                         backbone=step.run.model.backbone), repeats)
 
     def estimate(self, plan):
         if plan.name not in self.estimates:

@@ -17,6 +17,7 @@ traced memory-saving step (`tfseg.profile.analysis.segment_costs`).
 import dataclasses
 
 from tfseg.config import RECOMPUTE_BLOCKS, RECOMPUTE_HEAD, recompute_names, unit_name
+from tfseg.config.names import BUILTIN_BACKBONE
 
 # Middle units are recomputed in groups of this many: 16 single units would make a
 # frontier of near-identical steps, and one group of 16 too coarse a step.
@@ -69,17 +70,21 @@ class Plan:
         return f"memory saving + recompute {','.join(self.recompute)}"
 
 
-def candidates(costs, middle_repeats, group=MIDDLE_GROUP):
+def candidates(costs, middle_repeats, group=MIDDLE_GROUP, backbone=BUILTIN_BACKBONE):
     """The recompute candidates, best bytes per second first.
 
     Args:
       costs: {segment: {"kept_bytes", "forward_seconds"}} of the memory-saving
         step (`segment_costs`); segments missing from it keep nothing.
       middle_repeats: the model's middle units, recomputed in `group`s.
+      backbone: the `--backbone`; Xception-65's blocks are candidates only for it,
+        the head's segments ("aspp", "decoder") for every backbone.
     """
-    units = [unit_name("middle", k) for k in range(1, middle_repeats + 1)]
+    xception = backbone == BUILTIN_BACKBONE
+    units = [unit_name("middle", k) for k in range(1, middle_repeats + 1)] if xception else []
+    blocks = RECOMPUTE_BLOCKS if xception else ()
     groups = [tuple(units[i:i + group]) for i in range(0, len(units), group)]
-    single = [name for name in RECOMPUTE_BLOCKS + RECOMPUTE_HEAD if name != "middle"]
+    single = [name for name in blocks + RECOMPUTE_HEAD if name != "middle"]
     found = []
     for segments in [(name,) for name in single] + groups:
         kept = sum(costs.get(s, {}).get("kept_bytes", 0) for s in segments)

@@ -11,8 +11,9 @@ import keras
 import tensorflow as tf
 
 from tfseg.config import MEMORY_ANCHORS
-from tfseg.models import deeplab_v3_plus, segment_of
+from tfseg.models import segment_of
 from tfseg.models.xception import DEFAULT_RECOMPUTE, XCEPTION65, unit_names
+from tfseg.runtime import builders
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
@@ -43,8 +44,8 @@ class RecomputeGrad(keras.layers.Layer):
 def _model(config, **changes):
     """The stock DeepLabv3+ of `config` (a `StepConfig`), with `changes` to its
     arguments."""
-    kwargs = {**vars(config.run.model), "memory_saving": False, "recompute": (), **changes}
-    return deeplab_v3_plus(config.num_classes, **kwargs)
+    return builders.model(config.run, config.num_classes,
+                          **{"memory_saving": False, "recompute": (), **changes})
 
 
 def _blocks(config):

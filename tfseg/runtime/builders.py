@@ -6,7 +6,8 @@ import keras
 import tensorflow as tf
 
 from tfseg import data as data_lib
-from tfseg.models import deeplab_v3_plus
+from tfseg.config.names import BUILTIN_BACKBONE
+from tfseg.models import application_backbone, deeplab_v3_plus
 
 
 class WarmupPolyDecay(keras.optimizers.schedules.LearningRateSchedule):
@@ -65,11 +66,23 @@ def set_dtype_policy(config):
     keras.mixed_precision.set_global_policy(config.run.dtype_policy)
 
 
-def model(config, num_classes, norm=None):
+def model(config, num_classes, norm=None, **overrides):
     """The DeepLabv3+ of ``config.model`` (build it under the strategy's scope), with
-    ``norm`` instead of the configured one if given (``norm_for``)."""
+    ``norm`` instead of the configured one if given (``norm_for``) and ``overrides`` of
+    ``deeplab_v3_plus``'s other arguments (e.g. ``recompute_layer``).
+
+    ``config.model.backbone`` other than Xception-65 is built here
+    (``application_backbone``: dilated to the output stride, with
+    ``backbone_weights`` loaded) and passed as ``deeplab_v3_plus``'s ``backbone``.
+    """
     kwargs = dataclasses.asdict(config.model)
-    return deeplab_v3_plus(num_classes, **{**kwargs, "norm": norm or kwargs["norm"]})
+    name, weights = kwargs.pop("backbone"), kwargs.pop("backbone_weights")
+    kwargs = {**kwargs, "norm": norm or kwargs["norm"], **overrides}
+    if name != BUILTIN_BACKBONE:
+        kwargs["middle_repeats"] = None  # Xception-65's; the config refuses another value
+        kwargs["backbone"] = application_backbone(name, output_stride=kwargs["output_stride"],
+                                                  weights=weights or None)
+    return deeplab_v3_plus(num_classes, **kwargs)
 
 
 def decayed_kernels(model_):

@@ -16,7 +16,8 @@ from tfseg.evaluation.evaluate import PeriodicEval
 from tfseg.runtime import builders, checkpoints, files, init, summaries
 from tfseg.runtime.signals import StopRequest
 from tfseg.train.lock import ModelDirLock
-from tfseg.train.step import PixelLoss, make_train_step
+from tfseg.train.losses import PixelLoss
+from tfseg.train.step import make_train_step
 
 PEAK_LABELS = ("gpu_peak_MiB", "cpu_peak_MiB", "rss_peak_MiB")
 

@@ -3,49 +3,7 @@
 import keras
 import tensorflow as tf
 
-from tfseg.data import IGNORE_LABEL
 from tfseg.models import normalize
-
-
-class PixelLoss:
-    """Cross-entropy over labelled pixels, weighted by class, normalised over the *global* batch.
-
-    Each replica returns ``sum(weight * ce) / sum(weight)`` where the denominator
-    is all-reduced over replicas. The optimizer sums the replicas' gradients, so
-    the update equals that of one device seeing the whole batch, whatever the
-    split of labelled pixels between replicas.
-    """
-
-    def __init__(self, class_weights=()):
-        self.class_weights = tf.constant(class_weights, tf.float32) if class_weights else None
-        # reduction="sum": the normalisation is done here, across replicas.
-        self.cross_entropy = keras.losses.SparseCategoricalCrossentropy(
-            from_logits=True, ignore_class=IGNORE_LABEL, reduction="sum")
-
-    def weights(self, labels):
-        valid = tf.cast(tf.not_equal(labels, IGNORE_LABEL), tf.float32)
-        if self.class_weights is None:
-            return valid
-        safe = tf.where(labels == IGNORE_LABEL, 0, labels)
-        return valid * tf.gather(self.class_weights, safe)
-
-    def count(self, *labels):
-        """The loss weights' sum over ``labels`` (batches [B, H, W]) and over the replicas:
-        the loss's denominator, float32."""
-        count = tf.add_n([tf.reduce_sum(self.weights(batch)) for batch in labels])
-        context = tf.distribute.get_replica_context()
-        if context is not None and context.num_replicas_in_sync > 1:
-            count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
-        return count
-
-    def __call__(self, labels, logits, count=None):
-        """The loss of ``logits`` [B, H, W, C] at ``labels`` [B, H, W], divided by ``count``
-        (default: ``self.count(labels)``, this global batch's); with the count of several
-        micro-batches, their losses sum to the loss of one batch holding them all."""
-        weights = self.weights(labels)
-        total = self.cross_entropy(labels, logits, sample_weight=weights)
-        count = self.count(labels) if count is None else count
-        return total / tf.maximum(tf.cast(count, total.dtype), 1.0)
 
 
 def l2_penalty(weight_decay, kernels):
@@ -143,7 +101,7 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
             inputs = _after(inputs, after)
         with tf.GradientTape() as tape:
             logits = model(inputs, training=True)
-            loss = loss_fn(labels, logits, count)
+            loss = loss_fn(labels, logits, count=count)
             scaled = optimizer.scale_loss(loss)
         grads = tape.gradient(scaled, variables)
         if decayed:

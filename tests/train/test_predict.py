@@ -1,0 +1,100 @@
+"""--output_format of --mode=predict (tfseg/evaluation/predict.py) on the tiny trained run.
+
+The train_ids and label_ids outputs are compared in-process (``predict`` itself);
+the refusal goes through main.py for its exit code and single line. The colour
+format is covered by test_modes.py.
+"""
+
+import fnmatch
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.train.conftest import run_main
+from tfseg.config import Config
+from tfseg.data import cityscapes
+from tfseg.errors import InputError
+from tfseg.evaluation.predict import predict, train_to_label_ids
+
+VAL_CITY = ("leftImg8bit", "val", "synth2")
+
+
+def _predict(model_dir, images, out, output_format):
+    config = Config.from_flat(mode="predict", dataset="cityscapes", model_dir=model_dir,
+                              data_dir=str(out / "no_data"), input_path=str(images),
+                              output_dir=str(out), output_format=output_format)
+    return predict(config, log=lambda *a: None)
+
+
+def test_the_table_inverts_the_readers_label_id_mapping():
+    table = train_to_label_ids()
+    assert table[0] == 7 and table[10] == 23 and table[18] == 33  # road, sky, bicycle
+    for label_id, train_id in cityscapes.LABEL_ID_TO_TRAIN_ID.items():
+        assert table[train_id] == label_id
+    assert table[255] == 0  # "unlabeled": ignored by the benchmark
+
+
+def test_an_unknown_output_format_names_the_flag():
+    with pytest.raises(InputError, match="--output_format: must be one of colour, train_ids, "
+                                         "label_ids, got 'rgb'"):
+        Config.from_flat(output_format="rgb")
+
+
+@pytest.mark.slow
+def test_label_ids_are_the_mapped_train_ids_named_for_the_benchmark(trained, tmp_path):
+    data_dir, model_dir = trained
+    images = os.path.join(data_dir, *VAL_CITY)
+    train_out, label_out = tmp_path / "train_ids", tmp_path / "label_ids"
+    train_files = _predict(model_dir, images, train_out, "train_ids")
+    label_files = _predict(model_dir, images, label_out, "label_ids")
+    stems = sorted(n[:-len(".png")] for n in os.listdir(images))
+    assert sorted(os.listdir(train_out)) == [s + "_label.png" for s in stems]
+    assert sorted(os.listdir(label_out)) == [s + ".png" for s in stems]
+    for train_file, label_file in zip(sorted(train_files), sorted(label_files), strict=True):
+        with Image.open(train_file) as a, Image.open(label_file) as b:
+            assert a.mode == b.mode == "L" and a.size == b.size == (96, 64)
+            train_ids, label_ids = np.asarray(a), np.asarray(b)
+        assert train_ids.max() < 19
+        expected = np.vectorize({t: i for i, t in cityscapes.LABEL_ID_TO_TRAIN_ID.items()}.get)(
+            train_ids)
+        np.testing.assert_array_equal(label_ids, expected)
+        # No train id is its own label id: the files differ wherever the model predicts.
+        assert (label_ids != train_ids).all()
+    # evalPixelLevelSemanticLabeling.getPrediction: exactly one "<city>_<seq>_<frame>*.png"
+    # per ground truth file.
+    truths = [n for n in os.listdir(os.path.join(data_dir, "gtFine", "val", "synth2"))
+              if n.endswith("_gtFine_labelIds.png")]
+    assert len(truths) == len(stems)
+    for truth in truths:
+        pattern = "_".join(truth.split("_")[:3]) + "*.png"
+        assert len(fnmatch.filter(os.listdir(label_out), pattern)) == 1, pattern
+
+
+@pytest.mark.slow
+def test_label_ids_of_a_model_of_other_classes_exits_2_naming_the_flag(trained, tmp_path):
+    """The same weights, but config.json says the 19 classes are another data set's."""
+    data_dir, model_dir = trained
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in os.listdir(model_dir):
+        if name.startswith("ckpt-6."):
+            shutil.copy(os.path.join(model_dir, name), run)
+    saved = json.load(open(os.path.join(model_dir, "config.json")))
+    saved["class_names"] = [f"part{k}" for k in range(19)]
+    (run / "config.json").write_text(json.dumps(saved))
+    out = tmp_path / "out"
+    proc = run_main("--mode=predict", f"--model_dir={run}", f"--checkpoint={run}/ckpt-6",
+                    f"--data_dir={data_dir}",
+                    f"--input_path={os.path.join(data_dir, *VAL_CITY)}", f"--output_dir={out}",
+                    "--output_format=label_ids", check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert lines[0].startswith("main.py: error: --output_format: label_ids writes Cityscapes "
+                               "label ids"), lines[0]
+    assert "part0, part1, part2, ... (19)" in lines[0]
+    assert not out.exists() or not os.listdir(out)

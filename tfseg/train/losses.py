@@ -1,0 +1,134 @@
+"""What training compiles with: the per-pixel loss (tfseg's step and ``model.compile``'s)
+and the mIoU metric, as ``model.fit`` takes them."""
+
+import keras
+import tensorflow as tf
+
+from tfseg.data import IGNORE_LABEL
+
+
+@keras.saving.register_keras_serializable(package="tfseg")
+class PixelLoss(keras.losses.Loss):
+    """Cross-entropy over labelled pixels, weighted by class, normalised over the *global* batch.
+
+    The loss of tfseg's training step (``tfseg.train.step.make_train_step``) and, as a
+    ``keras.losses.Loss``, of ``model.compile(loss=PixelLoss(...))``: the same object
+    and the same maths on either path. It returns ``sum(weight * ce) / sum(weight)``,
+    where ``ce`` is the softmax cross-entropy of each pixel's logits and ``weight`` is 0
+    at label 255 (``IGNORE_LABEL``), else the pixel's class weight (1 without
+    ``class_weights``) times its ``sample_weight``. Under a ``tf.distribute`` strategy
+    with several replicas, ``sum(weight)`` is all-reduced over them, so the summed
+    gradients are those of one device seeing the whole batch, whatever the split of
+    labelled pixels. A batch with no labelled pixel has loss 0.
+
+    Args:
+      class_weights: one weight per class (``--class_weights``), or () for 1 each.
+      name: the loss's name (``fit`` logs it as ``loss``).
+
+    Call: ``loss(labels, logits, sample_weight=None, count=None)``.
+      labels: int class ids [N, H, W] or [N, H, W, 1]; 255 is ignored.
+      logits: float [N, H, W, C] at the labels' size. Smaller logits (a stride-4
+        head, say) are refused: a ValueError naming both shapes when they are known
+        at tracing, else an InvalidArgumentError when it runs (under XLA, which
+        drops assertions, the cross-entropy's "Incompatible shapes"). tfseg's step
+        never resizes logits (its model upsamples them to the input size inside,
+        ``logits_resize``), so neither does this loss: put the resize in the model,
+        so that ``predict`` gives full-size maps too.
+      sample_weight: optional weights [N] (per image) or [N, H, W] (per pixel),
+        multiplying the class weights, numerator and denominator alike.
+      count: the denominator to use instead of this batch's ``sum(weight)`` (the step
+        passes that of all its micro-batches, ``count(...)``).
+    Returns a float scalar.
+    """
+
+    def __init__(self, class_weights=(), name="pixel_loss"):
+        # reduction="sum" only labels what comes out (one scalar): __call__ reduces itself.
+        super().__init__(name=name, reduction="sum")
+        self.class_weights = tuple(float(w) for w in class_weights)
+        self._weight_table = (tf.constant(self.class_weights, tf.float32)
+                              if self.class_weights else None)
+        # reduction="sum": the normalisation is done here, across replicas.
+        self.cross_entropy = keras.losses.SparseCategoricalCrossentropy(
+            from_logits=True, ignore_class=IGNORE_LABEL, reduction="sum")
+
+    def weights(self, labels, sample_weight=None):
+        """Each pixel's weight in the loss (float32, the shape of ``labels`` [N, H, W])."""
+        labels = _class_ids(labels)
+        weights = tf.cast(tf.not_equal(labels, IGNORE_LABEL), tf.float32)
+        if self._weight_table is not None:
+            safe = tf.where(labels == IGNORE_LABEL, 0, labels)
+            weights *= tf.gather(self._weight_table, safe)
+        if sample_weight is not None:
+            sample_weight = tf.cast(sample_weight, tf.float32)
+            if sample_weight.shape.rank == 4:
+                sample_weight = tf.squeeze(sample_weight, -1)
+            if sample_weight.shape.rank == 1:  # one weight per image
+                sample_weight = sample_weight[:, None, None]
+            weights *= sample_weight
+        return weights
+
+    def count(self, *labels):
+        """The loss weights' sum over ``labels`` (batches [B, H, W]) and over the replicas:
+        the loss's denominator, float32."""
+        return _over_replicas(tf.add_n([tf.reduce_sum(self.weights(batch)) for batch in labels]))
+
+    def __call__(self, y_true, y_pred, sample_weight=None, count=None):
+        # Not Keras' __call__: that casts the labels to float and applies sample_weight
+        # after the reduction, where the normalisation needs it in the denominator.
+        with tf.name_scope(self.name):
+            return self.call(y_true, y_pred, sample_weight, count)
+
+    def call(self, y_true, y_pred, sample_weight=None, count=None):
+        """The loss of ``y_pred`` (logits) at ``y_true`` (labels); see the class."""
+        labels = _class_ids(y_true)
+        logits = tf.convert_to_tensor(y_pred)
+        _require_same_size(labels, logits)
+        weights = self.weights(labels, sample_weight)
+        total = self.cross_entropy(labels, logits, sample_weight=weights)
+        count = _over_replicas(tf.reduce_sum(weights)) if count is None else count
+        return total / tf.maximum(tf.cast(count, total.dtype), 1.0)
+
+    def get_config(self):
+        return {"class_weights": list(self.class_weights), "name": self.name}
+
+
+def mean_iou(num_classes, name="mean_iou"):
+    """Keras' own ``MeanIoU`` for ``model.compile(metrics=[...])`` on tfseg's logits.
+
+    ``sparse_y_pred=False`` takes the argmax of the logits [N, H, W, C] over the last
+    axis; labels [N, H, W] (or [N, H, W, 1]) equal to 255 are left out of the
+    confusion matrix, and classes neither labelled nor predicted out of the mean, as
+    tfseg's evaluation (``tfseg.evaluation.metrics``) counts them. Like every Keras
+    metric it accumulates over an epoch and restarts at the next.
+    """
+    return keras.metrics.MeanIoU(num_classes, name=name, ignore_class=IGNORE_LABEL,
+                                 sparse_y_true=True, sparse_y_pred=False)
+
+
+def _class_ids(labels):
+    """int32 labels [N, H, W] from int or float [N, H, W] or [N, H, W, 1]."""
+    labels = tf.convert_to_tensor(labels)
+    if labels.shape.rank == 4 and labels.shape[-1] == 1:
+        labels = tf.squeeze(labels, -1)
+    return labels if labels.dtype == tf.int32 else tf.cast(labels, tf.int32)
+
+
+def _require_same_size(labels, logits):
+    if labels.shape.rank != 3 or logits.shape.rank != 4:
+        raise ValueError(f"tfseg.train.PixelLoss: wants labels [N, H, W] or [N, H, W, 1] and "
+                         f"logits [N, H, W, C], got {labels.shape} and {logits.shape}")
+    message = ("tfseg.train.PixelLoss: the logits are not at the size of the labels; resize "
+               "them to it in the model (tfseg's step never resizes logits in the loss)")
+    if not labels.shape.is_compatible_with(logits.shape[:-1]):
+        raise ValueError(f"{message}: logits {logits.shape}, labels {labels.shape}")
+    if not (labels.shape.is_fully_defined() and logits.shape.is_fully_defined()):
+        # Sizes known only when it runs (a model of any input size): checked then.
+        tf.debugging.assert_equal(tf.shape(logits)[:-1], tf.shape(labels), message=message)
+
+
+def _over_replicas(count):
+    """``count`` summed over the replicas of the current strategy (itself with one)."""
+    context = tf.distribute.get_replica_context()
+    if context is not None and context.num_replicas_in_sync > 1:
+        count = context.all_reduce(tf.distribute.ReduceOp.SUM, count)
+    return count
