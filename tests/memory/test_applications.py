@@ -25,10 +25,17 @@ def assert_same_step(stock, new, images, rtol=1e-4, compiled=True):
     scale = float(np.abs(logits_a.numpy()).max())
     np.testing.assert_allclose(logits_b.numpy(), logits_a.numpy(), atol=rtol * scale)
     if grads_a.keys() != grads_b.keys():
-        # Paths the rewrite cannot keep (weights of a nested Sequential, built under
-        # its scope, and weights Keras names by a global counter): by position, which
-        # these models keep, and shape.
-        grads_b = dict(zip(grads_a, grads_b.values()))
+        # Paths the rewrite cannot keep: weights built under a name scope (NASNet's
+        # blocks) or a nested Sequential's, by their layer's name and their own; and
+        # weights Keras names by a global counter (ConvNeXt's LayerScale), by position,
+        # which these models keep.
+        def by_layer(grads):
+            return {"/".join(path.split("/")[-2:]): g for path, g in grads.items()}
+        named_a, named_b = by_layer(grads_a), by_layer(grads_b)
+        if named_a.keys() == named_b.keys() and len(named_a) == len(grads_a):
+            grads_a, grads_b = named_a, named_b
+        else:
+            grads_b = dict(zip(grads_a, grads_b.values()))
     scale = max(float(np.abs(g.numpy()).max()) for g in grads_a.values())
     for path, g in grads_a.items():
         assert grads_b[path].shape == g.shape, path
@@ -145,7 +152,8 @@ def test_each_keras_applications_family(app, float64):
 
 @pytest.mark.full
 @pytest.mark.parametrize("app", EVERY)
-def test_every_keras_applications_constructor(app):
-    """The issue's bar, in float32 (the largest in float64 eager steps take minutes
-    each on 2 cores): training-mode gradients within 1e-4 of the largest."""
-    check_application(app, rtol=1e-4, compiled=True)
+def test_every_keras_applications_constructor(app, float64):
+    """As the families above, compiled (eager float64 steps of the largest take many
+    minutes on 2 cores). float64: in float32 another conv kernel's rounding, through
+    100+ layers, moves ResNet-152's softmax outputs by more than 1e-5."""
+    check_application(app, rtol=1e-6, compiled=True)
