@@ -151,6 +151,7 @@ def test_each_keras_applications_family(app, float64):
 
 
 @pytest.mark.full
+@pytest.mark.timeout(2400)  # ConvNeXtXLarge: ~19 minutes on 2 busy cores
 @pytest.mark.parametrize("app", EVERY)
 def test_every_keras_applications_constructor(app, float64):
     """As the families above, compiled (eager float64 steps of the largest take many
