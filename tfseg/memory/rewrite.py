@@ -35,8 +35,11 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         `tfseg.layers.elementwise`) by `ActivationDepthwiseConv2D`, where each
         output feeds only the next layer: the conv keeps the activation's input
         and runs the activation again in its backward pass.
-      fuse_relu_conv: the same for an activation -> Conv2D, by `ReluConv2D` or
-        `ActivationConv2D`.
+      fuse_relu_conv: the same for an activation [-> ZeroPadding2D] -> Conv2D, by
+        `ReluConv2D` or `ActivationConv2D`, and -> MaxPooling2D, by
+        `ActivationMaxPooling2D` (ResNet's stem); also a squeeze-and-excitation
+        `Multiply([x, s])` -> Conv2D, by `ActivationConv2D(x, scale=s)`, which
+        does not keep the product.
       inplace_norm: replace every stock `BatchNormalization` and
         `GroupNormalization` by its output-only twin.
       lean_dilated: replace the other dilated `DepthwiseConv2D`s by
@@ -51,7 +54,9 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         residual connection) into the norm: it returns the sum and keeps it
         instead of its own output, rebuilding that as sum - other input (within
         an ulp of the sum). The Add's layer is gone; the norm's name and weights
-        stay.
+        stay. Where the other input is a plain ReLU's output that only convs and
+        such Adds read (ResNet's block outputs), that ReLU is not made at all: the
+        convs take it in and the norm adds relu(input) (`residual_relu`).
 
     A functional model nested inside (`is_functional`: a backbone inside a task
     model) is rewritten the same way, with the same options (`recompute` names the
