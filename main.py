@@ -53,7 +53,8 @@ def run_train(config):
     from tfseg.train import loop
 
     record = None
-    if config.run.memory_budget_gb:
+    # Split across devices, the budget is each device's: the split's own planner checks it.
+    if config.run.memory_budget_gb and not config.run.model_devices:
         config, record = _memory_plan(config)
         _exit_if_stopped(finished=False)  # a signal while planning: nothing trained yet
     loop.train(config, stop=STOP, record=record)

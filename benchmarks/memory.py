@@ -38,10 +38,10 @@ import json
 import sys
 
 from tfseg.config import MEMORY_ANCHORS, Optim
+from tfseg.config.budget import GB as GIB, GPU_OVERHEAD_GB
 from tfseg.errors import InputError
 from tfseg.models.xception import DEFAULT_RECOMPUTE
-from tfseg.plan.choose import GB as GIB
-from tfseg.plan.choose import GPU_OVERHEAD_GB, choose
+from tfseg.plan.choose import choose
 from tfseg.profile.anchors import anchor_step
 from tfseg.profile.measure import combine, measure, measure_repeats
 from tfseg.profile.step import StepConfig

@@ -12,7 +12,7 @@ import tfseg
 ROOT = pathlib.Path(tfseg.__file__).parent
 # Lowest first: each package may import only the ones before it. `errors` and `config`
 # import no TensorFlow; `runtime` is what training and evaluation share.
-ORDER = ("errors", "config", "layers", "memory", "models", "data", "runtime", "evaluation",
+ORDER = ("errors", "config", "layers", "memory", "models", "data", "split", "runtime", "evaluation",
          "train", "profile", "plan", "report")
 # Imports inside functions, where they are the point: the profiler's measuring process
 # imports TensorFlow only once it runs (its parent may not have it loaded).

@@ -7,7 +7,7 @@ from tfseg import memory
 from tfseg.layers import (InplaceBatchNormalization, Recompute, ReluDepthwiseConv2D,
                           SerialBranches)
 from tfseg.models import deeplab_v3_plus
-from tfseg.profile.analysis import _layer_names, kept_tensors
+from tfseg.memory.kept import kept_tensors, layer_names
 from tests.conftest import TINY
 from tests.memory.test_rewrite import H, W, assert_same_training_step
 
@@ -100,7 +100,7 @@ def kept_bytes(model, images):
 
     graph = step.get_concrete_function(images).graph
     loss = graph.outputs[0]
-    return sum(k.bytes for k in kept_tensors(graph, loss, _layer_names(model)))
+    return sum(k.bytes for k in kept_tensors(graph, loss, layer_names(model)))
 
 
 @pytest.mark.parametrize("norm", ["batch", "group"])

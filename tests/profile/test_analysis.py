@@ -3,7 +3,7 @@ import tensorflow as tf
 
 from tfseg.models import deeplab_v3_plus
 from tfseg.models.deeplab import part_of
-from tfseg.profile.analysis import _layer_names, _layer_of
+from tfseg.memory.kept import layer_names, layer_of
 from tests.conftest import TINY
 
 # The full-size buffers of the twins' backward passes: norm gradients, rebuilt
@@ -26,8 +26,8 @@ def test_the_twins_backward_buffers_are_attributed_to_their_layers(norm):
         return tape.gradient(loss, model.trainable_variables)
 
     graph = step.get_concrete_function(tf.TensorSpec((2, 65, 97, 3))).graph
-    names = _layer_names(model)
+    names = layer_names(model)
     backward = [op.name for op in graph.get_operations() if op.type in BACKWARD_KINDS]
     assert len(backward) > 50
-    unattributed = [name for name in backward if not part_of(_layer_of(name, names))]
+    unattributed = [name for name in backward if not part_of(layer_of(name, names))]
     assert not unattributed

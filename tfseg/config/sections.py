@@ -219,6 +219,11 @@ class Run:
                              "eval.")
     strategy: str = setting("default", "default, one_device, mirrored or multi_worker "
                             "(cluster from TF_CONFIG).")
+    model_devices: Tuple[str, ...] = setting(
+        (), "train: split the network across these devices (GPU:0,GPU:1), consecutive parts "
+        "on each, cut where the predicted per-device peaks balance (plain model parallelism: "
+        "more memory, not more speed); --memory_budget_gb is then per device.",
+        items=(str, None))
     dtype_policy: str = setting("float32", "float32, mixed_float16 or mixed_bfloat16.")
     jit_compile: bool = setting(False, "Compile the training step with XLA.")
     checkpoint_every: int = setting(250, "Steps between checkpoints.")
@@ -287,6 +292,14 @@ class Run:
         for name in self.report_variants:
             one_of(name, REPORT_VARIANTS, "report_variants")
         check(self.report_verify_seconds >= 0, "report_verify_seconds", "must be >= 0")
+        check(not self.model_devices or self.strategy == "default", "model_devices",
+              f"splits one model across devices and does not combine with "
+              f"--strategy={self.strategy} (data parallelism); use --strategy=default")
+        check(not (self.model_devices and self.jit_compile), "model_devices",
+              "places each part on its device, which XLA's whole-step compilation "
+              "(--jit_compile) does not keep; drop --jit_compile")
+        check(len(set(self.model_devices)) == len(self.model_devices), "model_devices",
+              "names a device twice")
         # Keras compiles only the replica step, never strategy.run with apply_gradients
         # inside tf.cond; that combination is untested here (no multi-GPU machine).
         check(not (self.jit_compile and self.strategy in ("mirrored", "multi_worker")),

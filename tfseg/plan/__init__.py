@@ -2,9 +2,9 @@
 step), `frontier` (stock, memory saving, then recompute segments, fastest first)
 and `choose` (`--memory_budget_gb` for training: the fastest plan that fits)."""
 
+from tfseg.config.budget import GB, GPU_OVERHEAD_GB, overhead_bytes
 from tfseg.plan import fit
-from tfseg.plan.choose import (GB, GPU_OVERHEAD_GB, MARGIN, Choice, choose, estimate_frontier,
-                               overhead_bytes, plan_run, saved_choice)
+from tfseg.plan.choose import MARGIN, Choice, choose, estimate_frontier, plan_run, saved_choice
 from tfseg.plan.frontier import Candidate, Plan, candidates, frontier
 
 __all__ = ["GB", "GPU_OVERHEAD_GB", "MARGIN", "Candidate", "Choice", "Plan", "candidates", "choose",

@@ -1,7 +1,7 @@
 """`--memory_budget_gb` for training: the fastest plan that fits the card.
 
 The budget is the card's memory; the device's own overhead is taken off first
-(`overhead_bytes`). Then each plan of the frontier (`tfseg.plan.frontier`) is
+(`tfseg.config.budget.overhead_bytes`). Then each plan of the frontier (`tfseg.plan.frontier`) is
 predicted by the static estimate of its step (traced in a fresh process, never
 run: `tfseg.profile.measure` with `run_steps=False`): weights, optimizer state and
 the batch, plus the simulated peak. Each plan runs longer than the one before it,
@@ -13,21 +13,13 @@ accuracy), one measured step in a fresh process decides instead.
 import dataclasses
 
 from tfseg.config import Config
+from tfseg.config.budget import GB, overhead_bytes
 from tfseg.errors import InputError
 from tfseg.plan import fit as fit_lib
 from tfseg.plan.frontier import Plan, candidates, frontier
 from tfseg.profile import measure as measure_lib
 from tfseg.profile.step import StepConfig
 
-# --memory_budget_gb counts GiB, as the report's planner does and as cards are sized
-# (an "11 GB" card has 11,264 MiB).
-GB = 2**30
-# Memory a GPU process holds outside TF's allocator, which the budget must leave:
-# the CUDA context (about 0.3-0.5 GiB with lazy module loading, more without) and
-# the cuDNN and cuBLAS handles and workspaces. Reasoned from those libraries'
-# documented behaviour, not measured: no GPU has run tfseg yet. Measure yours
-# (nvidia-smi's use minus the step's allocator peak) and pass --device_overhead_gb.
-GPU_OVERHEAD_GB = 0.8
 # How far the static estimate may be off (tfseg.profile.simulate: within ~15% on
 # this project's machines): predictions closer to the budget are measured.
 MARGIN = 0.15
@@ -38,14 +30,6 @@ PLAN_INPUTS = ("dataset", "crop_size", "batch_size", "backbone", "output_stride"
                "freeze_batch_norm", "momentum", "weight_decay", "weight_decay_type",
                "class_weights", "grad_accum_steps", "dtype_policy", "jit_compile", "strategy",
                "memory_budget_gb", "verify_plan")
-
-
-def overhead_bytes(setting_gb, has_gpu):
-    """The device overhead in bytes: `setting_gb` when >= 0, else 0 on the CPU and
-    `GPU_OVERHEAD_GB` on a GPU."""
-    if setting_gb >= 0:
-        return int(setting_gb * GB)
-    return int(GPU_OVERHEAD_GB * GB) if has_gpu else 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,12 +2,9 @@
 
 Two analyses of the step's `tf.Graph`, neither of which runs it:
 
-*Kept tensors* (`kept_tensors`): forward ops are the data ancestors of the loss. A
-forward tensor is *kept* when an op that is not a forward op (the backward pass,
-the update) reads it. Ops that only forward a buffer (Identity, IdentityN,
-StopGradient, Reshape) are resolved to the tensor that owns the memory, so a
-buffer shared by two backward passes counts once. Their sum is what the
-backward pass reads, attributed to layers and parts: a lower bound on the peak.
+*Kept tensors* (`tfseg.memory.kept.kept_tensors`): the forward buffers that the
+backward pass and update read, attributed to layers and parts: a lower bound on
+the peak.
 
 *The peak* (`tfseg.profile.simulate`): the step replayed op by op on a model of
 TF's executor and BFC allocator (`tfseg.profile.allocator`), which adds the
@@ -17,47 +14,13 @@ backward pass's own working set to the kept tensors.
 """
 
 import collections
-import dataclasses
 
 import keras
 import tensorflow as tf
 
+from tfseg.memory.kept import forward_ops, kept_tensors, layer_names, layer_of
 from tfseg.profile.simulate import inter_op_threads, simulate
-from tfseg.profile.step_graph import live_ops, nbytes, op_seconds, owner
-
-
-@dataclasses.dataclass(frozen=True)
-class KeptTensor:
-    """A forward buffer the backward pass reads: its size, the op that made it, and
-    the model layer whose name scope that op is in ("" when none is)."""
-
-    bytes: int
-    op: str
-    layer: str
-
-
-def _layer_of(op_name, layer_names):
-    """The model layer whose name scope `op_name` is in, "" when none is."""
-    # tf.function scopes each layer call as ".../<layer name>[_<k>]/...": match a
-    # scope component against the model's own layer names, innermost first.
-    for part in reversed(op_name.split("/")):
-        if part in layer_names:
-            return part
-        base, _, suffix = part.rpartition("_")
-        if suffix.isdigit() and base in layer_names:
-            return base
-    return ""
-
-
-def _forward_ops(loss):
-    """The names of the ops the loss depends on: the forward pass."""
-    forward, stack = set(), [owner(loss).op]
-    while stack:
-        op = stack.pop()
-        if op.name not in forward:
-            forward.add(op.name)
-            stack.extend(t.op for t in op.inputs)
-    return forward
+from tfseg.profile.step_graph import live_ops, op_seconds
 
 
 def segment_costs(step_graph, loss, kept, layer_names, segment_of):
@@ -70,40 +33,12 @@ def segment_costs(step_graph, loss, kept, layer_names, segment_of):
     for item in kept:
         if segment_of(item.layer):
             costs[segment_of(item.layer)]["kept_bytes"] += item.bytes
-    forward = _forward_ops(loss)
+    forward = forward_ops(loss)
     for op in step_graph.get_operations():
-        segment = segment_of(_layer_of(op.name, layer_names)) if op.name in forward else ""
+        segment = segment_of(layer_of(op.name, layer_names)) if op.name in forward else ""
         if segment:
             costs[segment]["forward_seconds"] += op_seconds(op)
     return dict(costs)
-
-
-def kept_tensors(step_graph, loss, layer_names):
-    """Lists the forward buffers that the backward pass and update read.
-
-    Args:
-      step_graph: the `tf.Graph` of a traced training step.
-      loss: the loss tensor in that graph (before any control-dependency Identity).
-      layer_names: names of the model's layers, to attribute each buffer.
-    """
-    forward = _forward_ops(loss)
-    live = live_ops(step_graph)
-    kept = {}
-    for op in step_graph.get_operations():
-        if op.name not in forward:
-            continue
-        for tensor in op.outputs:
-            if tensor.dtype in (tf.resource, tf.variant) or not tensor.shape.is_fully_defined():
-                continue
-            if op.type == "ReadVariableOp" or op.type == "Const":
-                continue  # weights: model state, not activations
-            if any(u.name in live and u.name not in forward for u in tensor.consumers()):
-                home = owner(tensor)
-                if home.op.type in ("ReadVariableOp", "Const", "Placeholder"):
-                    continue
-                kept[home.name] = KeptTensor(nbytes(home), home.op.name,
-                                             _layer_of(home.op.name, layer_names))
-    return sorted(kept.values(), key=lambda k: -k.bytes)
 
 
 def summarize(kept, key):
@@ -112,12 +47,6 @@ def summarize(kept, key):
     for item in kept:
         totals[key(item)] += item.bytes
     return dict(totals.most_common())
-
-
-def _layer_names(model):
-    """The names of `model`'s layers, those nested in blocks included."""
-    return {inner.name for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)
-            for inner in layer._flatten_layers()}
 
 
 def _holders(variable):
@@ -178,14 +107,14 @@ def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None
     by part, plus "allocator" for its rounding) and `estimated_peak_by_batch`.
     """
     graph = step_fn.get_concrete_function(*args).graph
-    names = _layer_names(model)
+    names = layer_names(model)
     part = lambda layer: part_of(layer) or "loss_and_other"  # noqa: E731
     kept = kept_tensors(graph, graph.outputs[0], names)
     state, optimizer_bytes = _state(graph, model)
     sim = simulate(graph, state, workers)
     at_peak = collections.Counter()
     for buffer, size in sim.live_at_peak.items():
-        at_peak[part(_layer_of(buffer, names))] += size
+        at_peak[part(layer_of(buffer, names))] += size
     at_peak["allocator"] = max(0, sim.peak_bytes - sum(sim.live_at_peak.values()))
     batch = int(tf.nest.flatten(args)[0].shape[0])
     by_batch = {batch: sim.peak_bytes}

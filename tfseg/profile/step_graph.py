@@ -4,41 +4,7 @@ kind and rough duration."""
 
 import collections
 
-import tensorflow as tf
-
-# Ops whose output is their input's buffer.
-ALIASING_OPS = {"Identity", "IdentityN", "StopGradient", "Reshape", "Squeeze", "ExpandDims",
-                "Snapshot", "PreventGradient", "EnsureShape"}
-
-
-def owner(tensor):
-    """The tensor that owns `tensor`'s buffer, through buffer-forwarding ops."""
-    while tensor.op.type in ALIASING_OPS:
-        index = tensor.value_index if tensor.op.type == "IdentityN" else 0
-        tensor = tensor.op.inputs[index]
-    return tensor
-
-
-def nbytes(tensor):
-    """The bytes of `tensor`'s buffer; 0 for handles and tensors of unknown shape."""
-    if tensor.dtype in (tf.resource, tf.variant) or not tensor.shape.is_fully_defined():
-        return 0
-    return tensor.shape.num_elements() * tensor.dtype.size
-
-
-def live_ops(graph):
-    """Ops that run: ancestors of the graph's outputs and of stateful ops. The
-    function runtime prunes the rest (e.g. Identity ops left on unused results)."""
-    roots = [t.op for t in graph.outputs] + [op for op in graph.get_operations() if op._is_stateful]
-    live, stack = set(), roots
-    while stack:
-        op = stack.pop()
-        if op.name not in live:
-            live.add(op.name)
-            stack.extend(t.op for t in op.inputs)
-            stack.extend(op.control_inputs)
-    return live
-
+from tfseg.memory.kept import ALIASING_OPS, live_ops, nbytes, owner
 
 # Outputs that are not new buffers of the step: weights, constants, arguments.
 _NOT_ALLOCATED = {"Const", "ReadVariableOp", "Placeholder", "VarHandleOp", "_Arg"}

@@ -77,14 +77,16 @@ class SkippedUpdates:
 
 def build_step(config, strategy, make_model):
     """(model, optimizer, step counter, train step) of ``config``: the model is
-    ``make_model(norm)``, under the strategy's scope with the norm it needs. The
-    profiler measures this very step (``tfseg.profile.step``)."""
+    ``make_model(norm)``, under the strategy's scope with the norm it needs, split across
+    ``--model_devices`` if any (``builders.split``). The profiler measures this very
+    step (``tfseg.profile.step``)."""
     norm = builders.norm_for(config, strategy)
+    loss = PixelLoss(config.optim.class_weights)
     with strategy.scope():
-        model = make_model(norm)
+        model = builders.split(config, make_model(norm), loss)
         optimizer = builders.optimizer(config, model)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-    train_step = make_train_step(strategy, model, optimizer, PixelLoss(config.optim.class_weights),
+    train_step = make_train_step(strategy, model, optimizer, loss,
                                  step, config.run.jit_compile,
                                  *builders.l2_weight_decay(config, model),
                                  accum_steps=config.optim.grad_accum_steps)

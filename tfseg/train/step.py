@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from tfseg.models import normalize
+from tfseg.split import PlacedModel
 
 
 def l2_penalty(weight_decay, kernels):
@@ -88,10 +89,14 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
     norm and no dropout; training-mode batch norm normalises each micro-batch by
     its own statistics). The loss returned is the N micro-batches'; the predictions
     are the last one's.
+
+    A ``tfseg.split.PlacedModel`` (a model split across devices) runs each layer's
+    forward and backward ops on its part's device, and the loss on the last part's.
     """
     if accum_steps < 1:
         raise ValueError(f"accum_steps must be >= 1, got {accum_steps}")
     loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    placed = isinstance(model, PlacedModel)  # split across devices (tfseg.split)
     variables = model.trainable_variables
 
     def forward_backward(images, labels, count=None, after=None):
@@ -99,11 +104,20 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
         inputs = normalize(images)
         if after is not None:
             inputs = _after(inputs, after)
-        with tf.GradientTape() as tape:
+        if placed:
+            # tf.gradients puts each gradient op on its forward op's device; a tape
+            # would put the whole backward pass on the default device.
             logits = model(inputs, training=True)
-            loss = loss_fn(labels, logits, count=count)
-            scaled = optimizer.scale_loss(loss)
-        grads = tape.gradient(scaled, variables)
+            with tf.device(model.devices[-1]):
+                loss = loss_fn(labels, logits, count=count)
+                scaled = optimizer.scale_loss(loss)
+            grads = tf.gradients(scaled, [v.value for v in variables])
+        else:
+            with tf.GradientTape() as tape:
+                logits = model(inputs, training=True)
+                loss = loss_fn(labels, logits, count=count)
+                scaled = optimizer.scale_loss(loss)
+            grads = tape.gradient(scaled, variables)
         if decayed:
             share = weight_decay / (strategy.num_replicas_in_sync * accum_steps)
             loss += l2_penalty(share, decayed)

@@ -1,0 +1,11 @@
+"""A network too big for one device: its consecutive parts on several (plain model
+parallelism with TF's own placement), and the planner that chooses the cuts.
+
+Below ``tfseg.train`` (whose step takes the gradients of a placed model on the
+devices of its layers) and ``tfseg.runtime``; above ``tfseg.memory``.
+"""
+
+from tfseg.split.parts import Part, parts
+from tfseg.split.place import PlacedModel, device_names, place
+
+__all__ = ["Part", "PlacedModel", "device_names", "parts", "place"]
