@@ -1,6 +1,7 @@
 """Runs a check in a fresh process with N logical CPU devices, which TF fixes at start:
 
     python -m tests.split.on_devices N compare OUTPUT_STRIDE NORM MEMORY_SAVING
+    python -m tests.split.on_devices N head
     python -m tests.split.on_devices N main [main.py flags...]
 
 `compare` prints one JSON line; `main` is main.py itself (its exit code, its output).
@@ -99,6 +100,46 @@ def compare(devices, output_stride, norm, memory_saving):
     )
 
 
+def head(devices):
+    """The split many-class head (one class shard per device) against the stock head:
+    the loss, and where the shards' full-size tensors are."""
+    import keras
+
+    from tfseg import memory
+    from tfseg.models import deeplab_v3_plus
+    from tfseg.train import losses
+    from tfseg.train.step import make_train_step
+
+    keras.config.set_floatx("float64")
+    names = list(devices)
+
+    def build(**kwargs):
+        keras.utils.set_random_seed(0)
+        return deeplab_v3_plus(13, **TINY, **kwargs)
+
+    stock, split = build(), build(class_devices=names)
+    memory.copy_weights(stock, split)
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (2, 65, 97, 3)).astype(np.uint8)
+    labels = rng.integers(0, 13, (2, 65, 97)).astype(np.int32)
+    out = {}
+    for name, model in (("stock", stock), ("split", split)):
+        optimizer = keras.optimizers.SGD(0.05)
+        optimizer.build(model.trainable_variables)
+        step = make_train_step(tf.distribute.get_strategy(), model, optimizer,
+                               losses.for_model(model), tf.Variable(0, dtype=tf.int64))
+        loss, _, predictions = step((images, labels))
+        graph = step.get_concrete_function((tf.constant(images), tf.constant(labels))).graph
+        full = [t.shape[-1] for op in graph.get_operations() for t in op.outputs
+                if t.shape.rank == 4 and tuple(t.shape[1:3]) == (65, 97)]
+        out[name] = dict(loss=float(loss), predictions=predictions.numpy().tolist(),
+                         widest=max(full), resize_devices=sorted(
+                             {op.device.split("device:")[-1] for op in graph.get_operations()
+                              if op.type.startswith("ResizeBilinear") and op.outputs[0].shape[-1]
+                              in (4, 5)}))
+    return dict(devices=names, **out)
+
+
 def main(argv):
     count, check, *args = argv
     _logical_cpus(int(count))
@@ -107,6 +148,10 @@ def main(argv):
         runpy.run_path("main.py", run_name="__main__")
         return
     names = [f"CPU:{i}" for i in range(int(count))]
+    if check == "head":
+        result = head(names)
+        print(json.dumps(result))
+        return
     stride, norm, memory_saving = int(args[0]), args[1], args[2] == "1"
     result = compare(names, stride, norm, memory_saving)
     result["losses"] = [losses for losses, _ in result["losses"]]

@@ -46,6 +46,10 @@ class Config:
               "crop_size", f"{'x'.join(map(str, self.data.crop_size))} does not fit output "
               f"stride {self.model.output_stride}: each side must be a multiple of it or one "
               f"more (e.g. 513, 769, 1024)")
+        check(not (self.run.eval_every and (self.model.class_shards or self.run.class_devices)),
+              "eval_every", "evaluates the training model's full logits, which the many-class "
+              "head (--class_shards, --class_devices) never makes; evaluate with --mode=eval "
+              "(the stock head, the same weights) instead")
         check(self.run.mode != "convert" or self.data.dataset != "tfrecord", "dataset",
               f"convert reads an image data set "
               f"({', '.join(d for d in DATASETS if d != 'tfrecord')}), not tfrecord")

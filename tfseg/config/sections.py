@@ -80,6 +80,10 @@ class Model:
         (), "Segments to recompute in the backward pass: backbone blocks (entry_block1, "
         "entry_block3, middle, exit_block1, exit_block2), single middle units (middle_unit3) "
         "or the head's aspp and decoder. --memory_budget_gb chooses them.", items=(str, None))
+    class_shards: int = setting(
+        0, "train: the many-class head: the logits' cross-entropy is taken in this many "
+        "shards of classes, each made again in the backward pass, so the full-size logits of "
+        "all classes never exist (0: the stock head; the same weights either way).")
     # research/deeplab's conventions are head_epsilon=1e-5 and resize=align_corners; a
     # config.json saved before these settings gets today's defaults, the same model.
     head_epsilon: float = setting(1e-3, "Norm epsilon of the ASPP and decoder (the backbone "
@@ -98,6 +102,7 @@ class Model:
         check(self.width_multiplier > 0, "width_multiplier", "must be > 0")
         check(self.middle_repeats >= 1, "middle_repeats", "must be >= 1")
         check(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
+        check(self.class_shards >= 0, "class_shards", f"must be >= 0, got {self.class_shards}")
         check(self.head_epsilon > 0, "head_epsilon", f"must be > 0, got {self.head_epsilon}")
         one_of(self.resize, RESIZE_MODES, "resize")
         names = recompute_names(self.middle_repeats)
@@ -224,6 +229,10 @@ class Run:
         "on each, cut where the predicted per-device peaks balance (plain model parallelism: "
         "more memory, not more speed); --memory_budget_gb is then per device.",
         items=(str, None))
+    class_devices: Tuple[str, ...] = setting(
+        (), "train: the split many-class head: one shard of the classes on each of these "
+        "devices (GPU:0,GPU:1); each shard's logits and gradients stay on its device.",
+        items=(str, None))
     dtype_policy: str = setting("float32", "float32, mixed_float16 or mixed_bfloat16.")
     jit_compile: bool = setting(False, "Compile the training step with XLA.")
     checkpoint_every: int = setting(250, "Steps between checkpoints.")
@@ -300,6 +309,9 @@ class Run:
               "(--jit_compile) does not keep; drop --jit_compile")
         check(len(set(self.model_devices)) == len(self.model_devices), "model_devices",
               "names a device twice")
+        check(not self.class_devices or self.strategy == "default", "class_devices",
+              f"splits the head across devices and does not combine with "
+              f"--strategy={self.strategy}; use --strategy=default")
         # Keras compiles only the replica step, never strategy.run with apply_gradients
         # inside tf.cond; that combination is untested here (no multi-GPU machine).
         check(not (self.jit_compile and self.strategy in ("mirrored", "multi_worker")),

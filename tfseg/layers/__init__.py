@@ -9,11 +9,13 @@ from tfseg.layers.fused_conv import (ActivationConv2D, ActivationDepthwiseConv2D
                                      ActivationMaxPooling2D,
                                      LeanDepthwiseConv2D, ReluConv2D, ReluDepthwiseConv2D)
 from tfseg.layers.resize import ResizeLike
+from tfseg.layers.class_shards import ClassShards, ShardedLogits, shard_bounds
 
 __all__ = [
     "ActivationConv2D",
     "ActivationDepthwiseConv2D",
     "ActivationMaxPooling2D",
+    "ClassShards",
     "GAMMA_EPSILON",
     "InplaceBatchNormalization",
     "InplaceGroupNormalization",
@@ -23,8 +25,10 @@ __all__ = [
     "ReluDepthwiseConv2D",
     "ResizeLike",
     "SerialBranches",
+    "ShardedLogits",
     "inplace_batch_norm",
     "inplace_group_norm",
     "lean_conv",
     "lean_max_pool",
+    "shard_bounds",
 ]

@@ -4,6 +4,18 @@ import keras
 import tensorflow as tf
 
 
+def resize_bilinear(x, size, align_corners=False):
+    """`x` [N, h, w, C] resized bilinearly to `size` (H, W): half-pixel centres
+    (`tf.image.resize`), or TF1's corner-aligned grid with `align_corners`. TF's
+    bilinear kernels compute and return float32, whatever `x`'s dtype."""
+    if align_corners:
+        # The op behind tf.compat.v1.image.resize_bilinear; half_pixel_centers must
+        # be off for align_corners (they are two different grids).
+        return tf.raw_ops.ResizeBilinear(images=x, size=size, align_corners=True,
+                                         half_pixel_centers=False)
+    return tf.image.resize(x, size, method="bilinear")
+
+
 @keras.saving.register_keras_serializable(package="tfseg")
 class ResizeLike(keras.layers.Layer):
     """Resizes `inputs[0]` bilinearly to the height and width of `inputs[1]`.
@@ -26,14 +38,7 @@ class ResizeLike(keras.layers.Layer):
 
     def call(self, inputs):
         x, reference = inputs
-        size = tf.shape(reference)[1:3]
-        if self.align_corners:
-            # The op behind tf.compat.v1.image.resize_bilinear; half_pixel_centers must
-            # be off for align_corners (they are two different grids).
-            resized = tf.raw_ops.ResizeBilinear(
-                images=x, size=size, align_corners=True, half_pixel_centers=False)
-        else:
-            resized = tf.image.resize(x, size, method="bilinear")
+        resized = resize_bilinear(x, tf.shape(reference)[1:3], self.align_corners)
         return tf.cast(resized, self.compute_dtype)
 
     def compute_output_shape(self, input_shape):

@@ -7,12 +7,14 @@ from tfseg.models import policy as policy_lib
 
 
 def decoder(high, low, policy, num_classes, filters=256, low_filters=48, name="decoder",
-            align_corners=False):
+            align_corners=False, logits=None):
     """Projects `low` to `low_filters` channels, upsamples `high` to its size
     (`ResizeLike(align_corners)`), concatenates, applies two separable 3x3 convs
     and a 1x1 logits conv.
 
     Shapes: high [N, h, w, C], low [N, H, W, C'] -> logits [N, H, W, num_classes].
+    `logits`: a layer named "logits" to use instead of the 1x1 conv (a
+    `tfseg.layers.ShardedLogits`, whose output is its input features).
     """
     low = policy_lib.conv_norm_relu(low, low_filters, policy, f"{name}_projection")
     high = ResizeLike(align_corners, name=f"{name}_upsample")([high, low])
@@ -21,6 +23,8 @@ def decoder(high, low, policy, num_classes, filters=256, low_filters=48, name="d
         x = policy_lib.separable_conv(x, filters, policy, f"{name}_conv{i + 1}", relu_inside=True)
     # In the variable dtype (float32 under mixed precision): logits need the range,
     # and the conv is small.
+    if logits is not None:
+        return logits(x)
     return keras.layers.Conv2D(
         num_classes,
         1,

@@ -6,7 +6,7 @@ import keras
 
 from tfseg import memory
 from tfseg.config import RECOMPUTE_HEAD, RESIZE_MODES
-from tfseg.layers import Recompute, ResizeLike
+from tfseg.layers import Recompute, ResizeLike, ShardedLogits
 from tfseg.models import aspp as aspp_lib
 from tfseg.models import backbone as backbone_lib
 from tfseg.models import decoder as decoder_lib
@@ -32,6 +32,8 @@ def deeplab_v3_plus(
     resize="half_pixel",
     freeze_batch_norm=False,
     recompute_layer=None,
+    class_shards=0,
+    class_devices=None,
     name="deeplab_v3_plus",
 ):
     """DeepLabv3+ (Chen et al. 2018, https://arxiv.org/abs/1802.02611).
@@ -93,6 +95,12 @@ def deeplab_v3_plus(
         mode in training too, with fixed moving statistics, gamma and beta; group
         norms keep normalising by each image's statistics, with gamma and beta
         fixed. The variables are the same, so checkpoints load either way.
+      class_shards: > 0: the many-class head for training
+        (`tfseg.layers.ShardedLogits`, with the logits conv's variables): the model
+        returns the decoder's features [N, H/4, W/4, F] and its loss
+        (`tfseg.train.losses.ShardedPixelLoss`) takes the classes in this many
+        shards, never holding all classes' full-size logits.
+      class_devices: the shards on these devices, one each (the split head).
 
     Input: float images normalised to [-1, 1] (`tfseg.models.normalize`) for
     Xception-65, or what the backbone expects, [N, H, W, 3]. Output: float32
@@ -126,6 +134,12 @@ def deeplab_v3_plus(
         dropout=dropout,
         align_corners=align_corners,
     )
+    head = None
+    if class_shards or class_devices:
+        head = ShardedLogits(num_classes, shards=class_shards or 1, devices=class_devices,
+                             align_corners=align_corners,
+                             kernel_initializer=policy.kernel_initializer,
+                             dtype=keras.config.dtype_policy().variable_dtype, name="logits")
     logits = decoder_lib.decoder(
         x,
         features["low_level"],
@@ -134,10 +148,12 @@ def deeplab_v3_plus(
         filters=policy_lib.scaled(256, width_multiplier),
         low_filters=policy_lib.scaled(48, width_multiplier),
         align_corners=align_corners,
+        logits=head,
     )
     # Logits stay in the variable dtype (float32 under mixed precision): the loss needs the range.
-    outputs = ResizeLike(align_corners, name="logits_resize",
-                         dtype=keras.config.dtype_policy().variable_dtype)([logits, inputs])
+    outputs = logits if head is not None else ResizeLike(
+        align_corners, name="logits_resize",
+        dtype=keras.config.dtype_policy().variable_dtype)([logits, inputs])
     model = keras.Model(inputs, outputs, name=name)
     if memory_saving or recompute:
         recompute = tuple(recompute or ())

@@ -136,7 +136,7 @@ def build_model(config, norm=None):
         module, name = config.builder
         model = getattr(importlib.import_module(module), name)(config)
         return model if config.variant == "stock" else rewrite(model)
-    return builders.model(config.run_config(), config.num_classes, norm)
+    return builders.model(config.run_config(), config.num_classes, norm, training=True)
 
 
 def build_step(config):

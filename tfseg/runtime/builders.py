@@ -70,10 +70,14 @@ def set_dtype_policy(config):
     keras.mixed_precision.set_global_policy(config.run.dtype_policy)
 
 
-def model(config, num_classes, norm=None, **overrides):
+def model(config, num_classes, norm=None, training=False, **overrides):
     """The DeepLabv3+ of ``config.model`` (build it under the strategy's scope), with
     ``norm`` instead of the configured one if given (``norm_for``) and ``overrides`` of
     ``deeplab_v3_plus``'s other arguments (e.g. ``recompute_layer``).
+
+    ``training``: with ``class_shards`` or ``class_devices``, the many-class head
+    (``tfseg.layers.ShardedLogits``); otherwise (evaluation, export) the stock head,
+    with the same variables.
 
     ``config.model.backbone`` other than Xception-65 is built here
     (``application_backbone``: dilated to the output stride, with
@@ -81,12 +85,30 @@ def model(config, num_classes, norm=None, **overrides):
     """
     kwargs = dataclasses.asdict(config.model)
     name, weights = kwargs.pop("backbone"), kwargs.pop("backbone_weights")
+    shards = kwargs.pop("class_shards")
+    if training and (shards or config.run.class_devices):
+        kwargs.update(class_shards=shards, class_devices=_class_devices(config, num_classes))
+        if shards > num_classes:
+            raise InputError(f"--class_shards: {shards} shards of {num_classes} classes")
     kwargs = {**kwargs, "norm": norm or kwargs["norm"], **overrides}
     if name != BUILTIN_BACKBONE:
         kwargs["middle_repeats"] = None  # Xception-65's; the config refuses another value
         kwargs["backbone"] = application_backbone(name, output_stride=kwargs["output_stride"],
                                                   weights=weights or None)
     return deeplab_v3_plus(num_classes, **kwargs)
+
+
+def _class_devices(config, num_classes):
+    devices = config.run.class_devices
+    if not devices:
+        return None
+    try:
+        devices = split_lib.device_names(devices)
+    except ValueError as error:
+        raise InputError(f"--class_devices: {error}") from None
+    if len(devices) > num_classes:
+        raise InputError(f"--class_devices: {len(devices)} devices for {num_classes} classes")
+    return devices
 
 
 def split(config, model_, loss_fn, log=print):

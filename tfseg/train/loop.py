@@ -16,7 +16,7 @@ from tfseg.evaluation.evaluate import PeriodicEval
 from tfseg.runtime import builders, checkpoints, files, init, summaries
 from tfseg.runtime.signals import StopRequest
 from tfseg.train.lock import ModelDirLock
-from tfseg.train.losses import PixelLoss
+from tfseg.train import losses
 from tfseg.train.step import make_train_step
 
 PEAK_LABELS = ("gpu_peak_MiB", "cpu_peak_MiB", "rss_peak_MiB")
@@ -81,9 +81,10 @@ def build_step(config, strategy, make_model):
     ``--model_devices`` if any (``builders.split``). The profiler measures this very
     step (``tfseg.profile.step``)."""
     norm = builders.norm_for(config, strategy)
-    loss = PixelLoss(config.optim.class_weights)
     with strategy.scope():
-        model = builders.split(config, make_model(norm), loss)
+        model = make_model(norm)
+        loss = losses.for_model(model, config.optim.class_weights)
+        model = builders.split(config, model, loss)
         optimizer = builders.optimizer(config, model)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     train_step = make_train_step(strategy, model, optimizer, loss,
@@ -106,7 +107,8 @@ def build(config, strategy):
         raise InputError(f"--class_weights: {len(config.optim.class_weights)} values for "
                          f"{source.num_classes} classes of {config.data.dataset}")
     model, optimizer, step, train_step = build_step(
-        config, strategy, lambda norm: builders.model(config, source.num_classes, norm))
+        config, strategy, lambda norm: builders.model(config, source.num_classes, norm,
+                                                      training=True))
     read = tf.Variable(0, dtype=tf.int64, trainable=False, name="batches_read")
     ckpts = checkpoints.Checkpoints(model, config.run.model_dir, strategy,
                                     config.run.keep_checkpoints, optimizer=optimizer, step=step,

@@ -5,6 +5,7 @@ import keras
 import tensorflow as tf
 
 from tfseg.data import IGNORE_LABEL
+from tfseg.layers import ShardedLogits
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
@@ -88,8 +89,48 @@ class PixelLoss(keras.losses.Loss):
         count = _over_replicas(tf.reduce_sum(weights)) if count is None else count
         return total / tf.maximum(tf.cast(count, total.dtype), 1.0)
 
+    def classes(self, y_pred, size=None):
+        """The predicted class of each pixel [N, H, W] (int32) from the model's output."""
+        return tf.argmax(y_pred, -1, output_type=tf.int32)
+
     def get_config(self):
         return {"class_weights": list(self.class_weights), "name": self.name}
+
+
+class ShardedPixelLoss(PixelLoss):
+    """``PixelLoss`` of a model whose head is a ``tfseg.layers.ShardedLogits`` (the
+    many-class head): the model's output is the head's input features at stride 4, and
+    the cross-entropy of the upsampled logits is taken in class shards, never holding
+    all classes' logits (``tfseg.layers.class_shards``). The same value and gradients as
+    ``PixelLoss`` of the stock head with the same weights.
+
+    Args:
+      head: the model's ``ShardedLogits`` layer.
+      class_weights, name: as ``PixelLoss``'s.
+    """
+
+    def __init__(self, head, class_weights=(), name="pixel_loss"):
+        super().__init__(class_weights, name)
+        self.head = head
+
+    def call(self, y_true, y_pred, sample_weight=None, count=None):
+        labels = _class_ids(y_true)
+        weights = self.weights(labels, sample_weight)
+        total = self.head.cross_entropy(y_pred, labels, weights)
+        count = _over_replicas(tf.reduce_sum(weights)) if count is None else count
+        return total / tf.maximum(tf.cast(count, total.dtype), 1.0)
+
+    def classes(self, y_pred, size=None):
+        return self.head.classes(y_pred, size)
+
+
+def for_model(model, class_weights=()):
+    """The loss of ``model``'s output: ``ShardedPixelLoss`` when its head is a
+    ``tfseg.layers.ShardedLogits``, else ``PixelLoss``."""
+    heads = [layer for layer in model.layers if isinstance(layer, ShardedLogits)]
+    if heads:
+        return ShardedPixelLoss(heads[0], class_weights)
+    return PixelLoss(class_weights)
 
 
 def mean_iou(num_classes, name="mean_iou"):

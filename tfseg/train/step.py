@@ -141,7 +141,7 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
         finite = tf.math.is_finite(loss)
         if not loss_scaled:
             finite = tf.reduce_all([finite] + [tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-        predictions = tf.argmax(logits, -1, output_type=tf.int32)
+        predictions = loss_fn.classes(logits, tf.shape(micro[-1][0])[1:3])
         return loss, 1 - tf.cast(finite, tf.int32), grads, predictions
 
     def update(grads):

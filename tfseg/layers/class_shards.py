@@ -1,0 +1,195 @@
+"""A many-class head that never holds all classes' full-resolution logits.
+
+DeepLab's head is a 1x1 conv at stride 4 and a bilinear upsample to the image: at
+1024x2048 the logits of 150 classes take 1.2 GB in float32 per image, and their
+gradient as much again. Both are linear, so the classes can be taken in shards: a
+shard's logits are `upsample(features @ kernel[:, shard] + bias[shard])`. The softmax
+cross-entropy needs, per pixel, only each shard's maximum, its sum of exponentials
+and the target's logit where the target is in the shard (the log-sum-exp combines
+them exactly), and the argmax only each shard's maximum and where it is.
+
+In the backward pass each shard's logits are made again from the features, gated on
+the incoming gradient, and their gradient `weight * (softmax - onehot)` is taken back
+through the upsample and the 1x1 conv at once: the full-resolution tensors of a shard
+live only while it runs, and shards run one after the other. Shards may sit on
+different devices (the split head of the article tfseg follows): each shard's
+logits and gradients stay on its device; only per-pixel [N, H, W] statistics cross.
+"""
+
+import keras
+import tensorflow as tf
+from tensorflow.python.eager import record
+
+from tfseg.layers.inplace_norm import _gated
+from tfseg.layers.resize import resize_bilinear
+
+
+def shard_bounds(num_classes, shards):
+    """[(start, end)] of `shards` consecutive class ranges, as even as possible."""
+    if not 1 <= shards <= num_classes:
+        raise ValueError(f"shards must be in [1, {num_classes}] (the classes), got {shards}")
+    edges = [num_classes * k // shards for k in range(shards + 1)]
+    return list(zip(edges, edges[1:]))
+
+
+class ClassShards:
+    """The sharded logits of a 1x1 conv head followed by a bilinear upsample.
+
+    Args:
+      bounds: [(start, end)] class ranges (`shard_bounds`).
+      devices: one device per shard (None: the caller's).
+      align_corners: the upsample's convention (`tfseg.layers.ResizeLike`'s).
+
+    Shapes: features [N, h, w, F]; kernel [1, 1, F, C] (a Conv2D's); bias [C];
+    labels [N, H, W] int; weights [N, H, W] (0 where a pixel does not count).
+    """
+
+    def __init__(self, bounds, devices=None, align_corners=False):
+        self.bounds = list(bounds)
+        self.devices = list(devices or [None] * len(self.bounds))
+        if len(self.devices) != len(self.bounds):
+            raise ValueError(f"{len(self.bounds)} shards, {len(self.devices)} devices")
+        self.align_corners = align_corners
+
+    def _small(self, features, kernel, bias, start, end):
+        return tf.einsum("nhwf,fc->nhwc", features, kernel[0, 0, :, start:end]) + bias[start:end]
+
+    def _upsample(self, small, size):
+        # TF's bilinear resize computes in float32: back to the features' dtype.
+        return tf.cast(resize_bilinear(small, size, self.align_corners), small.dtype)
+
+    def _logits(self, features, kernel, bias, start, end, size):
+        return self._upsample(self._small(features, kernel, bias, start, end), size)
+
+    def _shards(self):
+        return zip(self.bounds, self.devices)
+
+    def cross_entropy(self, features, kernel, bias, labels, weights, size):
+        """sum(weights * softmax cross-entropy) of the logits at `size` (H, W), a scalar."""
+        labels = tf.convert_to_tensor(labels)
+        weights = tf.cast(weights, features.dtype)
+
+        @tf.custom_gradient
+        def total(features, kernel, bias):
+            with record.stop_recording():  # eager: keep the shards off the outer tape
+                maxima, sums, targets = [], [], []
+                x = features
+                for (start, end), device in self._shards():
+                    with tf.device(device):
+                        z = self._logits(x, kernel, bias, start, end, size)
+                        m = tf.reduce_max(z, -1)
+                        maxima.append(m)
+                        sums.append(tf.reduce_sum(tf.exp(z - m[..., None]), -1))
+                        local = labels - start
+                        inside = (local >= 0) & (local < end - start)
+                        picked = tf.gather(z, tf.clip_by_value(local, 0, end - start - 1),
+                                           batch_dims=3)
+                        targets.append(tf.where(inside, picked, tf.zeros_like(picked)))
+                    # The next shard starts once this one's logits are reduced (and freed).
+                    x = _gated(_gated(features, sums[-1]), targets[-1])
+                top = tf.reduce_max(tf.stack(maxima), 0)
+                lse = top + tf.math.log(tf.add_n([s * tf.exp(m - top)
+                                                  for m, s in zip(maxima, sums)]))
+                loss = tf.reduce_sum(weights * (lse - tf.add_n(targets)))
+
+            def grad(dy):
+                pixel = dy * weights
+                d_features, d_kernel, d_bias = [], [], []
+                gate = pixel
+                for (start, end), device in self._shards():
+                    with tf.device(device):
+                        # Made again only once the gradient (or the shard before) exists.
+                        x = _gated(features, gate)
+                        small = self._small(x, kernel, bias, start, end)
+                        with tf.GradientTape() as tape:
+                            tape.watch(small)
+                            z = self._upsample(small, size)
+                        # d/dz of the cross-entropy: softmax - onehot(label). The label
+                        # test waits for the logits: made early (it needs no gradient),
+                        # every shard's would be alive at once.
+                        local = _gated(labels - start, small)
+                        p = tf.exp(z - lse[..., None])
+                        hit = tf.equal(tf.range(end - start), local[..., None])
+                        dz = pixel[..., None] * tf.where(hit, p - 1, p)
+                        d_small = tape.gradient(z, small, output_gradients=dz)
+                        d_kernel.append(tf.einsum("nhwf,nhwc->fc", x, d_small))
+                        d_bias.append(tf.reduce_sum(d_small, [0, 1, 2]))
+                        d_features.append(tf.einsum("nhwc,fc->nhwf", d_small,
+                                                    kernel[0, 0, :, start:end]))
+                    gate = d_small
+                return (tf.add_n(d_features), tf.concat(d_kernel, -1)[None, None],
+                        tf.concat(d_bias, 0))
+
+            return loss, grad
+
+        return total(features, kernel, bias)
+
+    def classes(self, features, kernel, bias, size):
+        """The argmax class of every pixel at `size` [N, H, W] int32 (the first of ties,
+        as `tf.argmax` of the whole logits)."""
+        maxima, where = [], []
+        x = features
+        for (start, end), device in self._shards():
+            with tf.device(device):
+                z = self._logits(x, kernel, bias, start, end, size)
+                maxima.append(tf.reduce_max(z, -1))
+                where.append(tf.argmax(z, -1, output_type=tf.int32) + start)
+            x = _gated(_gated(features, maxima[-1]), where[-1])
+        best = tf.argmax(tf.stack(maxima, -1), -1, output_type=tf.int32)
+        return tf.gather(tf.stack(where, -1), best, batch_dims=3)
+
+
+@keras.saving.register_keras_serializable(package="tfseg")
+class ShardedLogits(keras.layers.Layer):
+    """DeepLab's `logits` 1x1 conv for many classes, whose logits are only ever taken in
+    shards of classes (`ClassShards`), each upsampled to the labels' size.
+
+    It has the conv's variables ("logits/kernel" [1, 1, F, C], "logits/bias" [C], as
+    a `Conv2D` named "logits"), so checkpoints load either way; its call returns its
+    input, the features [N, h, w, F], and the loss (`tfseg.train.losses.ShardedPixelLoss`)
+    and the predictions come from `cross_entropy` and `classes`.
+
+    Args:
+      num_classes: C.
+      shards: how many class shards (on one device: the chunked head).
+      devices: one device per shard (the split head); overrides `shards`.
+      align_corners: the upsample's convention (`tfseg.layers.ResizeLike`).
+      kernel_initializer: of the kernel (the bias starts at 0).
+    """
+
+    def __init__(self, num_classes, shards=1, devices=None, align_corners=False,
+                 kernel_initializer="he_normal", **kwargs):
+        super().__init__(**kwargs)
+        self.num_classes = int(num_classes)
+        self.devices = list(devices) if devices else None
+        self.shards = len(self.devices) if self.devices else int(shards)
+        self.align_corners = bool(align_corners)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.head = ClassShards(shard_bounds(self.num_classes, self.shards), self.devices,
+                                self.align_corners)
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(name="kernel", initializer=self.kernel_initializer,
+                                      shape=(1, 1, input_shape[-1], self.num_classes))
+        self.bias = self.add_weight(name="bias", shape=(self.num_classes,), initializer="zeros")
+
+    def call(self, features):
+        return features
+
+    def _weights(self):
+        # Read as tensors: the custom gradient returns their gradients as its inputs'.
+        return tf.convert_to_tensor(self.kernel), tf.convert_to_tensor(self.bias)
+
+    def cross_entropy(self, features, labels, weights):
+        """sum(weights * cross-entropy) of every pixel of `labels` [N, H, W]."""
+        return self.head.cross_entropy(features, *self._weights(), labels, weights,
+                                       tf.shape(labels)[1:3])
+
+    def classes(self, features, size):
+        """The predicted class of every pixel at `size` (H, W): [N, H, W] int32."""
+        return self.head.classes(features, *self._weights(), size)
+
+    def get_config(self):
+        return {**super().get_config(), "num_classes": self.num_classes, "shards": self.shards,
+                "devices": self.devices, "align_corners": self.align_corners,
+                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer)}
