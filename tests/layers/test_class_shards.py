@@ -201,9 +201,9 @@ def test_the_chunked_head_peaks_below_the_stock_head():
         runs[shards] = json.loads(proc.stdout.strip().splitlines()[-1])
     assert runs[10]["loss"] == pytest.approx(runs[0]["loss"], rel=1e-5)
     # The stock head holds [2, 129, 129, 1000] float32 logits (133 MB) and their
-    # gradient (in place); a shard of 100 classes is a tenth of that, and a shard's few
-    # full-size tensors (logits, softmax, ...) live only while it runs. Measured here:
-    # 160 MB against 60 MB.
+    # gradient (in place); a shard of 100 classes is a tenth of that, and a shard's two
+    # full-size tensors (its logits, then their softmax and gradient) live only while it
+    # runs. Measured here: 160 MB against 37 MB.
     full = 2 * 129 * 129 * 1000 * 4
     assert runs[0]["peak"] > full
-    assert runs[10]["peak"] < runs[0]["peak"] / 2, runs
+    assert runs[10]["peak"] < runs[0]["peak"] / 3, runs

@@ -230,8 +230,9 @@ class Run:
         "more memory, not more speed); --memory_budget_gb is then per device.",
         items=(str, None))
     class_devices: Tuple[str, ...] = setting(
-        (), "train: the split many-class head: one shard of the classes on each of these "
-        "devices (GPU:0,GPU:1); each shard's logits and gradients stay on its device.",
+        (), "train: the split many-class head: the shards of the classes (--class_shards, "
+        "at least one per device) on these devices (GPU:0,GPU:1), in consecutive runs; each "
+        "shard's logits and gradients stay on its device.",
         items=(str, None))
     dtype_policy: str = setting("float32", "float32, mixed_float16 or mixed_bfloat16.")
     jit_compile: bool = setting(False, "Compile the training step with XLA.")

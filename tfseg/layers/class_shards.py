@@ -9,7 +9,8 @@ and the target's logit where the target is in the shard (the log-sum-exp combine
 them exactly), and the argmax only each shard's maximum and where it is.
 
 In the backward pass each shard's logits are made again from the features, gated on
-the incoming gradient, and their gradient `weight * (softmax - onehot)` is taken back
+the incoming gradient and on the forward pass's end (the loss's gradient needs nothing
+of it), and their gradient `weight * (softmax - onehot)` is taken back
 through the upsample and the 1x1 conv at once: the full-resolution tensors of a shard
 live only while it runs, and shards run one after the other. Shards may sit on
 different devices (the split head of the article tfseg follows): each shard's
@@ -61,6 +62,14 @@ class ClassShards:
     def _logits(self, features, kernel, bias, start, end, size):
         return self._upsample(self._small(features, kernel, bias, start, end), size)
 
+    @staticmethod
+    def _pixel_indices(classes):
+        """[N, H, W, 4] int32 indices (n, y, x, class) of `classes` [N, H, W]."""
+        shape = tf.shape(classes)
+        grid = tf.meshgrid(tf.range(shape[0]), tf.range(shape[1]), tf.range(shape[2]),
+                           indexing="ij")
+        return tf.stack(grid + [classes], -1)
+
     def _shards(self):
         return zip(self.bounds, self.devices)
 
@@ -93,7 +102,9 @@ class ClassShards:
                 loss = tf.reduce_sum(weights * (lse - tf.add_n(targets)))
 
             def grad(dy):
-                pixel = dy * weights
+                # dy (1 / labelled pixels, from the loss) needs nothing of the forward
+                # pass: wait for its end too, or the rebuilds run beside it.
+                pixel = _gated(dy * weights, lse)
                 d_features, d_kernel, d_bias = [], [], []
                 gate = pixel
                 for (start, end), device in self._shards():
@@ -108,9 +119,14 @@ class ClassShards:
                         # test waits for the logits: made early (it needs no gradient),
                         # every shard's would be alive at once.
                         local = _gated(labels - start, small)
-                        p = tf.exp(z - lse[..., None])
-                        hit = tf.equal(tf.range(end - start), local[..., None])
-                        dz = pixel[..., None] * tf.where(hit, p - 1, p)
+                        # softmax - onehot: 1 is taken off in place at each pixel's label
+                        # (TF forwards the buffers: z -> softmax -> dz), so that no
+                        # shard-sized one-hot is made.
+                        inside = (local >= 0) & (local < end - start)
+                        dz = tf.tensor_scatter_nd_sub(
+                            tf.exp(z - lse[..., None]),
+                            self._pixel_indices(tf.clip_by_value(local, 0, end - start - 1)),
+                            tf.cast(inside, z.dtype)) * pixel[..., None]
                         d_small = tape.gradient(z, small, output_gradients=dz)
                         d_kernel.append(tf.einsum("nhwf,nhwc->fc", x, d_small))
                         d_bias.append(tf.reduce_sum(d_small, [0, 1, 2]))
@@ -152,7 +168,9 @@ class ShardedLogits(keras.layers.Layer):
     Args:
       num_classes: C.
       shards: how many class shards (on one device: the chunked head).
-      devices: one device per shard (the split head); overrides `shards`.
+      devices: the devices the shards go on, in consecutive runs (the split head); at
+        least one shard each. Each shard's working set is a few of its full-size
+        tensors, so more shards than devices lower each device's peak further.
       align_corners: the upsample's convention (`tfseg.layers.ResizeLike`).
       kernel_initializer: of the kernel (the bias starts at 0).
     """
@@ -162,10 +180,12 @@ class ShardedLogits(keras.layers.Layer):
         super().__init__(**kwargs)
         self.num_classes = int(num_classes)
         self.devices = list(devices) if devices else None
-        self.shards = len(self.devices) if self.devices else int(shards)
+        self.shards = max(int(shards), len(self.devices or ()))
         self.align_corners = bool(align_corners)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
-        self.head = ClassShards(shard_bounds(self.num_classes, self.shards), self.devices,
+        on = None if self.devices is None else [
+            self.devices[k * len(self.devices) // self.shards] for k in range(self.shards)]
+        self.head = ClassShards(shard_bounds(self.num_classes, self.shards), on,
                                 self.align_corners)
 
     def build(self, input_shape):

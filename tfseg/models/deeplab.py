@@ -100,7 +100,7 @@ def deeplab_v3_plus(
         returns the decoder's features [N, H/4, W/4, F] and its loss
         (`tfseg.train.losses.ShardedPixelLoss`) takes the classes in this many
         shards, never holding all classes' full-size logits.
-      class_devices: the shards on these devices, one each (the split head).
+      class_devices: the shards on these devices, at least one each (the split head).
 
     Input: float images normalised to [-1, 1] (`tfseg.models.normalize`) for
     Xception-65, or what the backbone expects, [N, H, W, 3]. Output: float32
