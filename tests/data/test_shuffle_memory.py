@@ -108,8 +108,10 @@ def test_host_memory_of_a_training_epoch(tmp_path):
         growths.append((peak - before) / decoded)
         print(f"cache={cache}: RSS {before / 1e6:.0f} MB before the epoch, peak "
               f"{peak / 1e6:.0f} MB: {growths[-1]:.2f}x the {decoded / 1e6:.0f} MB decoded split")
-    # No cache: a few decoded pairs in flight, whatever the split size (0.08x-0.15x on 2 cores).
-    assert growths[0] < 1 / 3, growths
+    # No cache: a few decoded pairs in flight, not the split (1x): 0.08x-0.15x on 2 idle
+    # cores, 0.34x once beside a loaded test suite, where tf.data's autotuning, its consumer
+    # starved, buffers more.
+    assert growths[0] < 0.5, growths
     # In memory: the split once (1.05x), not twice: the whole-split shuffle buffer after the
     # cache holds references to the cached tensors, not copies.
     assert 0.8 < growths[1] < 1.3, growths
