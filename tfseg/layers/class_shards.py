@@ -115,13 +115,12 @@ class ClassShards:
                         with tf.GradientTape() as tape:
                             tape.watch(small)
                             z = self._upsample(small, size)
-                        # d/dz of the cross-entropy: softmax - onehot(label). The label
-                        # test waits for the logits: made early (it needs no gradient),
-                        # every shard's would be alive at once.
+                        # d/dz of the cross-entropy, softmax - onehot(label): 1 is taken
+                        # off at each pixel's label by a scatter, not by a shard-sized
+                        # one-hot (the scatter copies the softmax: two shard-sized buffers
+                        # at a time, measured). The labels wait for the logits: anything
+                        # that needs no gradient runs early, every shard's at once.
                         local = _gated(labels - start, small)
-                        # softmax - onehot: 1 is taken off in place at each pixel's label
-                        # (TF forwards the buffers: z -> softmax -> dz), so that no
-                        # shard-sized one-hot is made.
                         inside = (local >= 0) & (local < end - start)
                         dz = tf.tensor_scatter_nd_sub(
                             tf.exp(z - lse[..., None]),

@@ -15,8 +15,8 @@ from tfseg.errors import InputError, NonFiniteLoss
 from tfseg.evaluation.evaluate import PeriodicEval
 from tfseg.runtime import builders, checkpoints, files, init, summaries
 from tfseg.runtime.signals import StopRequest
-from tfseg.train.lock import ModelDirLock
 from tfseg.train import losses
+from tfseg.train.lock import ModelDirLock
 from tfseg.train.step import make_train_step
 
 PEAK_LABELS = ("gpu_peak_MiB", "cpu_peak_MiB", "rss_peak_MiB")
