@@ -6,13 +6,12 @@ main.py runs in a fresh process that first gives TF that many logical CPU device
 
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import tensorflow as tf
 
-from tests.train.conftest import ROOT, TINY_FLAGS, checkpoint_steps, main_env
+from tests.split.test_place import on_devices
+from tests.train.conftest import TINY_FLAGS, checkpoint_steps
 
 # A constant learning rate (the end rate is the start rate): the runs stop at step 2
 # by --train_steps, which would otherwise change the schedule.
@@ -20,10 +19,8 @@ FLAGS = (*TINY_FLAGS, "--mode=train", "--deterministic", "--checkpoint_every=1",
          "--keep_checkpoints=5", "--end_learning_rate=0.01")
 
 
-def run_split(count, *args, check=True, timeout=300):
-    proc = subprocess.run([sys.executable, "-m", "tests.split.on_devices", str(count), "main",
-                           *args], capture_output=True, text=True, timeout=timeout,
-                          env=main_env(), cwd=ROOT)
+def run_split(count, *args, check=True):
+    proc = on_devices(count, "main", *args, timeout=300)
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}:\n{proc.stdout[-3000:]}\n"
                              f"{proc.stderr[-3000:]}")
