@@ -4,9 +4,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # oneDNN's CPU kernels corrupted the heap on some tiny-width (8-channel) training
 # steps here; tests (and the subprocesses they start) use TF's own kernels.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+# Tests that compile with XLA (in this process and in the ones they start): LLVM's
+# optimisation of the generated code takes half the compile time, and no test here is
+# about the compiled code's speed. It leaves XLA's buffer assignment alone, so the
+# measured peaks are the same (tests/train/test_fit.py measured both).
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 
 import keras  # noqa: E402
 import pytest  # noqa: E402
+
+# The suite's own rules: slow tests marked, slow and grouped tests first.
+from tests.rules import (pytest_addoption, pytest_collection_modifyitems,  # noqa: E402,F401
+                         pytest_runtest_makereport)
 
 # Tiny but complete networks: every block kind, odd sizes, fast on 2 CPU cores.
 TINY = dict(width_multiplier=0.125, middle_repeats=2)

@@ -1,4 +1,7 @@
-"""The command line: flagfiles parse, bad input is one line on stderr and exit code 2."""
+"""The command line: flagfiles parse, bad input is one line on stderr and exit code 2.
+
+main.py's ``main`` runs in this process (``tests.cli``); the help text and a signal at
+start-up need a process of their own."""
 
 import glob
 import json
@@ -9,16 +12,15 @@ import sys
 
 import pytest
 
+from tests import cli
 from tfseg.config import MODES, Config, flag_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGFILES = sorted(glob.glob(os.path.join(ROOT, "flags", "*.flags")))
 
 
-def _main(*args, timeout=120):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout, env=env)
+def _main(*args):
+    return cli.run(*args)
 
 
 def _settings(proc):
@@ -83,6 +85,21 @@ BAD = {
                               "--jit_compile"),
     "bad_weight_decay_type": (("--weight_decay_type=adamw",), "--weight_decay_type"),
     "zero_skipped_updates": (("--max_skipped_updates=0",), "--max_skipped_updates"),
+    # Refused by the config, before any data or device is looked at.
+    "device_overhead_negative": (("--memory_budget_gb=8", "--device_overhead_gb=-2"),
+                                 "--device_overhead_gb: must be >= 0, or -1"),
+    "model_devices_with_mirrored": (("--model_devices=CPU:0,CPU:1", "--strategy=mirrored"),
+                                    "--model_devices: splits one model across devices and "
+                                    "does not combine with --strategy=mirrored"),
+    "model_devices_with_jit": (("--model_devices=CPU:0,CPU:1", "--jit_compile"),
+                               "--model_devices: places each"),
+    "model_devices_twice": (("--model_devices=CPU:0,CPU:0",),
+                            "--model_devices: names a device twice"),
+    "class_shards_with_eval_every": (("--class_shards=2", "--eval_every=1"),
+                                     "--eval_every: evaluates the training model"),
+    "class_devices_with_mirrored": (("--class_devices=CPU:0", "--strategy=mirrored"),
+                                    "--class_devices: splits the head"),
+    "class_shards_negative": (("--class_shards=-1",), "--class_shards: must be >= 0"),
 }
 
 
@@ -124,15 +141,16 @@ def test_report_takes_the_class_count_from_the_run_else_the_data_set(tmp_path):
     assert num_classes(Config.from_flat(dataset="tfrecord", model_dir=run)) == 2
 
 
-@pytest.mark.parametrize("mode", ["train", "eval"])
-def test_missing_data_dir_exits_2_naming_it(tmp_path, mode):
+def test_missing_data_dir_exits_2_naming_it(tmp_path):
+    """(Evaluation needs a checkpoint first: tests/train/test_modes.py.)"""
     missing = tmp_path / "no_such_dir"
-    proc = _main(f"--mode={mode}", "--dataset=cityscapes", f"--data_dir={missing}",
+    proc = _main("--mode=train", "--dataset=cityscapes", f"--data_dir={missing}",
                  f"--model_dir={tmp_path / 'run'}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("main.py: error:"), proc.stderr[-2000:]
-    assert "no_such_dir" in lines[0] or "--model_dir" in lines[0], lines[0]
+    assert "no_such_dir" in lines[0], lines[0]
+    assert not (tmp_path / "run" / "checkpoint").exists()
 
 
 def test_every_mode_has_a_runner_and_every_setting_a_flag():
@@ -144,7 +162,7 @@ def test_every_mode_has_a_runner_and_every_setting_a_flag():
         assert main.FLAGS[name].help == field.metadata["help"], name
     assert Config.from_flags({name: main.FLAGS[name].default for name in flag_table()}) == \
         Config()
-    help_text = _main("--helpfull").stdout
+    help_text = cli.run_process("--helpfull").stdout
     assert "Data set folder" in help_text and "--eval_crop" in help_text
 
 
@@ -162,3 +180,17 @@ def test_a_signal_at_start_up_of_another_mode_is_not_a_success():
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
     assert proc.returncode in (128 + signal.SIGTERM, -signal.SIGTERM)
+
+
+@pytest.mark.slow
+def test_the_readme_command_in_a_fresh_process(tmp_path):
+    """``python main.py``, the README's first command, end to end as a user runs it: it
+    writes the synthetic set, trains and evaluates (3 steps here, not 1,500)."""
+    data, run = tmp_path / "data", tmp_path / "run"
+    proc = cli.run_process(f"--data_dir={data}", f"--model_dir={run}", "--train_steps=3",
+                           "--checkpoint_every=3", timeout=290)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "mIoU" in proc.stdout, proc.stdout[-3000:]
+    assert len(list(data.glob("leftImg8bit/train/*/*.png"))) == 40
+    result = json.loads((run / "eval" / "eval.json").read_text())
+    assert result["step"] == 3 and result["images"] == 10 and 0 <= result["miou"] <= 1

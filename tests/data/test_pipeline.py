@@ -1,15 +1,16 @@
+import json
 import os
 import socket
 import subprocess
 import sys
-import time
+import threading
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tfseg.data import (DataConfig, DataStats, build_dataset, build_dataset_with_stats,
-                        distribute, get_source, transforms)
+                        get_source, transforms)
 from tfseg.errors import InputError
 from tests.data.trees import cityscapes_tree, voc_tree
 
@@ -102,51 +103,86 @@ def test_build_dataset_with_stats_counts_unknown_label_ids(tmp_path, training):
     assert "unknown ids" in stats.summary()
 
 
-def test_distribute_keeps_the_input_options(synthetic_root):
-    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    dataset = distribute(build_dataset(_config(synthetic_root), training=True), strategy)
-    # The options the distributed dataset was built with (no public accessor).
-    assert dataset._options.experimental_fetch_to_device is True
-    image, label = next(iter(dataset))
-    assert image.shape == (2, 32, 48, 3) and label.shape == (2, 32, 48)
-
-
-def test_batches_arrive_on_the_named_device_as_uint8(synthetic_root):
-    dataset = build_dataset(_config(synthetic_root), training=True)
-    image, label = next(iter(distribute(dataset, tf.distribute.get_strategy(), "/cpu:0")))
-    assert image.device.endswith("device:CPU:0") and image.dtype == tf.uint8
-    assert label.device.endswith("device:CPU:0") and label.dtype == tf.int32
-
-
-# Two logical CPUs make "device" and "host" differ without a GPU; they must be
-# configured before TF starts, hence a fresh process.
-_DEVICE_SCRIPT = """
-import sys
+# Where batches land, read in one fresh process with two logical CPUs (fixed when TF
+# starts): "/cpu:1" stands in for a GPU, "/cpu:0" is the host, so a batch left on the
+# host is told apart from one placed on the device. Each case beside its control.
+_PLACEMENTS = """
+import json, sys
 import tensorflow as tf
-cpu, = tf.config.list_physical_devices("CPU")
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from tests.split.on_devices import _logical_cpus
+_logical_cpus(2)
 from tfseg.data import DataConfig, build_dataset, distribute
-strategy = tf.distribute.OneDeviceStrategy("/cpu:1")
-dataset = build_dataset(DataConfig(root=sys.argv[1], crop_size=(32, 48), batch_size=2), True)
-host = strategy.experimental_distribute_dataset(
-    dataset, tf.distribute.InputOptions(experimental_fetch_to_device=False))
-for distributed in (distribute(dataset, strategy), host):
-    image, label = next(iter(distributed))
-    print(image.device, label.device, image.dtype.name)
+dataset = build_dataset(DataConfig(root=sys.argv[1], crop_size=(32, 48), batch_size=2,
+                                   seed=5, deterministic=True), True)
+one = tf.distribute.OneDeviceStrategy("/cpu:1")
+two = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+on_host = tf.distribute.InputOptions(experimental_fetch_to_device=False)
+default = tf.distribute.get_strategy()
+distributed = {
+    "named": distribute(dataset, default, "/cpu:1"),
+    "unnamed": distribute(dataset, default),
+    "strategy": distribute(dataset, one),
+    "strategy_host": one.experimental_distribute_dataset(dataset, on_host),
+    "replicas": distribute(dataset, two),
+    "replicas_host": two.experimental_distribute_dataset(dataset, on_host),
+}
+def where(t):
+    return [t.device.split("device:")[-1], t.dtype.name, list(t.shape)]
+out = {}
+for case, data in distributed.items():
+    image, label = next(iter(data))
+    out[case] = [[where(t) for t in (getattr(image, "values", None) or (image,))],
+                 [where(t) for t in (getattr(label, "values", None) or (label,))]]
+print(json.dumps(out))
 """
 
 
-def test_distribute_prefetches_onto_the_strategy_device(synthetic_root):
+@pytest.fixture(scope="module")
+def placements(synthetic_root):
+    """{case: ([image per replica], [label per replica])}, each [device, dtype, shape]."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    result = subprocess.run([sys.executable, "-c", _DEVICE_SCRIPT, synthetic_root],
+    result = subprocess.run([sys.executable, "-c", _PLACEMENTS, synthetic_root],
                             cwd=root, capture_output=True, text=True, timeout=300,
                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
     assert result.returncode == 0, result.stderr[-2000:]
-    fetched, hosted = [line.split() for line in result.stdout.strip().splitlines()[-2:]]
-    assert all(d.endswith("device:CPU:1") for d in fetched[:2]), fetched
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_batches_arrive_on_the_named_device_as_uint8(placements):
+    """The default strategy (no ``tf.distribute`` scope) with a named device."""
+    (image,), (label,) = placements["named"]
+    assert image == ["CPU:1", "uint8", [2, 32, 48, 3]]
+    assert label == ["CPU:1", "int32", [2, 32, 48]]
+    # Unnamed, with no GPU, they stay on the host: the device above was not by chance.
+    (image,), (label,) = placements["unnamed"]
+    assert image[0] == label[0] == "CPU:0"
+
+
+def test_batches_reach_the_intended_device(placements):
+    """With the default strategy, ``experimental_distribute_dataset`` returns the dataset
+    unchanged (nothing would be prefetched to a GPU); ``distribute`` prefetches onto the
+    named device then, and a strategy's device otherwise."""
+    (fetched,), (fetched_label,) = placements["strategy"]
+    assert fetched[0] == fetched_label[0] == "CPU:1", placements["strategy"]
+    (named,), (named_label,) = placements["named"]
+    assert named[0] == named_label[0] == "CPU:1", placements["named"]
     # Without fetch_to_device the batches stay on the host: the check above can fail.
-    assert all(d.endswith("device:CPU:0") for d in hosted[:2]), hosted
-    assert fetched[2] == hosted[2] == "uint8"  # what crosses to the device: 1 byte a channel
+    (hosted,), (hosted_label,) = placements["strategy_host"]
+    assert hosted[0] == hosted_label[0] == "CPU:0", placements["strategy_host"]
+    assert fetched[1] == hosted[1] == "uint8"  # what crosses to the device: 1 byte a channel
+
+
+def test_distribute_fetches_each_replicas_share_to_its_device(placements):
+    """The input options ``distribute`` passes a strategy: every replica's batch is
+    prefetched onto that replica's device, whole batches cut in even shares."""
+    (image,), (label,) = placements["strategy"]
+    assert image[2] == [2, 32, 48, 3] and label[2] == [2, 32, 48]
+    images, labels = placements["replicas"]
+    assert images == [["CPU:0", "uint8", [1, 32, 48, 3]], ["CPU:1", "uint8", [1, 32, 48, 3]]]
+    assert labels == [["CPU:0", "int32", [1, 32, 48]], ["CPU:1", "int32", [1, 32, 48]]]
+    # Fetched to the host instead, the second replica's share would wait on the first device.
+    images, labels = placements["replicas_host"]
+    assert [d for d, _, _ in images + labels] == ["CPU:0"] * 4
 
 
 def test_data_service_elements_equal_local(synthetic_root):
@@ -179,40 +215,34 @@ def test_config_validation_and_stats_with_service(synthetic_root):
                       DataStats())
 
 
+def _within(seconds, fn, *args):
+    """fn(*args), which must return or raise within ``seconds`` (a generous bound: the
+    failure it catches is a wait without end, not a slow machine)."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = fn(*args)
+        except BaseException as error:  # re-raised in the test's thread
+            outcome["error"] = error
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        pytest.fail(f"{fn.__name__} still waits after {seconds} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 def test_an_unreachable_data_service_is_one_line_naming_it(synthetic_root):
     """With no dispatcher at the address, tf.data would wait for ever in silence."""
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
     address = f"grpc://127.0.0.1:{closed.getsockname()[1]}"
     closed.close()  # nothing listens there now
-    start = time.perf_counter()
     with pytest.raises(InputError, match=f"^--data_service: no tf.data service dispatcher "
                                          f"answers at {address} within 2 s"):
-        build_dataset(_config(synthetic_root, data_service=address,
-                              data_service_timeout=2.0), True)
-    assert time.perf_counter() - start < 10
-
-
-_PLACEMENT = """
-import tensorflow as tf
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from tfseg.data import distribute
-dataset = tf.data.Dataset.from_tensors((tf.zeros([2, 5, 7, 3]), tf.zeros([2, 5, 7], tf.int32)))
-default = next(iter(distribute(dataset.repeat(), tf.distribute.get_strategy(), "/cpu:1")))
-one = tf.distribute.OneDeviceStrategy("/cpu:1")
-single = next(iter(distribute(dataset.repeat(), one)))
-print(default[0].device, default[1].device, single[0].device)
-"""
-
-
-def test_batches_reach_the_intended_device():
-    """With the default strategy, ``experimental_distribute_dataset`` returns the dataset
-    unchanged (nothing would be prefetched to a GPU); ``distribute`` prefetches onto the
-    named device then, and a strategy's device otherwise. Two logical CPUs stand in for a
-    GPU: a fresh process, since logical devices must be set before TensorFlow starts."""
-    proc = subprocess.run([sys.executable, "-c", _PLACEMENT], capture_output=True, text=True,
-                          timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    devices = proc.stdout.split()
-    assert len(devices) == 3 and all(d.endswith("/device:CPU:1") for d in devices), devices
+        _within(120, build_dataset, _config(synthetic_root, data_service=address,
+                                             data_service_timeout=2.0), True)

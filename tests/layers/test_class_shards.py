@@ -185,6 +185,7 @@ print(json.dumps({"peak": tf.config.experimental.get_memory_info("CPU:0")["peak"
 """
 
 
+@pytest.mark.xdist_group("measure")
 def test_the_chunked_head_peaks_below_the_stock_head():
     import json
     import os

@@ -48,7 +48,8 @@ def assert_same_step(stock, new, images, rtol=1e-4, compiled=True):
 # ("'Add' object has no attribute 'set_weights'").
 # Training-mode steps compare exactly only without dropout (no random masks).
 @pytest.mark.parametrize("app, size, extra", [
-    ("MobileNetV3Small", 64, {"dropout_rate": 0.0}), ("ConvNeXtTiny", 64, {})])
+    ("MobileNetV3Small", 64, {"dropout_rate": 0.0}),
+    pytest.param("ConvNeXtTiny", 64, {}, marks=pytest.mark.slow)])
 def test_models_with_operations_that_are_not_layers(app, size, extra):
     model = getattr(keras.applications, app)(weights=None, input_shape=(size, size, 3),
                                              classes=5, include_preprocessing=False, **extra)
@@ -58,6 +59,7 @@ def test_models_with_operations_that_are_not_layers(app, size, extra):
     assert_same_step(model, new, images)
 
 
+@pytest.mark.slow
 def test_a_functional_backbone_inside_a_task_model_is_rewritten_too(float64):
     # float64: at this size the last norms see 8 values a channel, and float32's
     # reordering noise grows to ~0.5% of the first conv's gradient.
@@ -97,6 +99,7 @@ def test_swish_and_hard_swish_fuse_into_the_next_conv(app, conv, kind):
     assert fused[conv] not in {layer.name for layer in new.layers}  # taken in
 
 
+@pytest.mark.slow
 def test_squeeze_excite_products_are_folded_into_the_projection_conv():
     """EfficientNet's block: activation -> squeeze-excite Multiply -> 1x1 projection.
     The projection conv multiplies by the channel weights itself, so the product is
@@ -145,7 +148,12 @@ def check_application(app, rtol, compiled):
     assert_same_step(model, new, images, rtol=rtol, compiled=compiled)
 
 
-@pytest.mark.parametrize("app", FAMILIES)
+# The families over ~12 s on 2 cores are in the slow tier.
+SLOW_FAMILIES = ("EfficientNetV2B0", "InceptionV3", "ResNet50", "ResNet50V2", "VGG16")
+
+
+@pytest.mark.parametrize("app", [pytest.param(name, marks=pytest.mark.slow)
+                                 if name in SLOW_FAMILIES else name for name in FAMILIES])
 def test_each_keras_applications_family(app, float64):
     check_application(app, rtol=1e-6, compiled=False)
 

@@ -1,3 +1,6 @@
+import collections
+import functools
+
 import keras
 import numpy as np
 import pytest
@@ -33,24 +36,68 @@ def train_step(model, images, compiled=True):
     return (tf.function(step) if compiled else step)()
 
 
+Step = collections.namedtuple("Step", "weights logits grads stats")
+
+
+def step_of(model, images, compiled=True):
+    """One training step of `model`: its weights before, the logits, {path: gradient}
+    and the non-trainable weights after (the norms' moving statistics), as numpy."""
+    weights = {w.path: w.numpy() for w in model.weights}
+    logits, grads = train_step(model, images, compiled)
+    return Step(weights, logits.numpy(), {path: g.numpy() for path, g in grads.items()},
+                {w.path: w.numpy() for w in model.non_trainable_weights})
+
+
+def deeplab_images():
+    return np.random.RandomState(0).uniform(-1, 1, (2, H, W, 3))
+
+
+@functools.lru_cache(maxsize=None)
+def stock_step(output_stride, norm):
+    """The float64 step of the stock tiny DeepLab (no dropout) on `deeplab_images()`, the side
+    every rewrite of it is compared with: computed once per (output stride, norm) and
+    process, here and in test_patterns. Numpy only, so no Keras state outlives the test
+    that first asks; its own seed, so the weights are the same whichever test that is."""
+    assert keras.config.floatx() == "float64"
+    keras.utils.set_random_seed(0)
+    stock = deeplab_v3_plus(5, output_stride=output_stride, norm=norm, dropout=0.0, **TINY)
+    return step_of(stock, deeplab_images())
+
+
+def load(model, weights):
+    """Assigns `weights` ({path: array}) to `model`, which must have exactly those paths."""
+    variables = memory.variables_by_path(model)
+    assert variables.keys() == weights.keys()
+    for path, value in weights.items():
+        variables[path].assign(value)
+    return model
+
+
 def assert_same_training_step(stock, new, images, compiled=True):
-    logits_a, grads_a = train_step(stock, images, compiled)
-    logits_b, grads_b = train_step(new, images, compiled)
-    np.testing.assert_allclose(logits_b.numpy(), logits_a.numpy(), atol=1e-5)
-    assert grads_a.keys() == grads_b.keys()
-    scale = max(float(np.abs(g.numpy()).max()) for g in grads_a.values())
-    for path, g in grads_a.items():
-        np.testing.assert_allclose(grads_b[path].numpy(), g.numpy(), rtol=1e-6, atol=1e-9 * scale,
+    assert_matches_step(step_of(stock, images, compiled), new, images, compiled)
+
+
+def assert_matches_step(expected, new, images, compiled=True):
+    """`new`'s step on `images` is the `expected` Step (its weights already `new`'s)."""
+    got = step_of(new, images, compiled)
+    np.testing.assert_allclose(got.logits, expected.logits, atol=1e-5)
+    assert expected.grads.keys() == got.grads.keys()
+    scale = max(float(np.abs(g).max()) for g in expected.grads.values())
+    for path, g in expected.grads.items():
+        np.testing.assert_allclose(got.grads[path], g, rtol=1e-6, atol=1e-9 * scale,
                                    err_msg=path)
-    stats = {w.path: w.numpy() for w in stock.non_trainable_weights}
-    for w in new.non_trainable_weights:
-        np.testing.assert_allclose(w.numpy(), stats[w.path], rtol=1e-6, atol=1e-7, err_msg=w.path)
+    for path, value in got.stats.items():
+        np.testing.assert_allclose(value, expected.stats[path], rtol=1e-6, atol=1e-7,
+                                   err_msg=path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["batch", "group"])
 @pytest.mark.parametrize("output_stride", [8, 16])
 def test_rewrite_of_tfseg_model_keeps_weights_outputs_and_gradients(output_stride, norm, float64):
-    stock = deeplab_v3_plus(5, output_stride=output_stride, norm=norm, dropout=0.0, **TINY)
+    expected = stock_step(output_stride, norm)
+    stock = load(deeplab_v3_plus(5, output_stride=output_stride, norm=norm, dropout=0.0, **TINY),
+                 expected.weights)
     segments = [memory.Segment("mid", "entry_block3_add", "middle_unit1_add")]
     new = memory.rewrite(stock, recompute=segments)
     summary = memory.plan(stock, recompute=segments)
@@ -89,15 +136,17 @@ def test_rewrite_of_tfseg_model_keeps_weights_outputs_and_gradients(output_strid
     assert isinstance(inner, Recompute) and inner.tail.name == "middle_unit1_sepconv1_pointwise"
     assert isinstance(inner.block.get_layer("middle_unit1_sepconv1_depthwise"), ReluDepthwiseConv2D)
     assert "middle_unit1_sepconv1_pointwise" not in {l.name for l in mid.block.layers}
-    images = np.random.RandomState(0).uniform(-1, 1, (2, H, W, 3))
-    assert_same_training_step(stock, new, images)
+    assert_matches_step(expected, new, deeplab_images())
 
 
 # Each stride and each norm once: this path (fuse_separable=False) shares the
 # rewrite's machinery with the one above, which runs all four.
+@pytest.mark.slow
 @pytest.mark.parametrize("output_stride,norm", [(8, "group"), (16, "batch")])
 def test_rewrite_without_separable_fusion_uses_the_single_layer_twins(output_stride, norm, float64):
-    stock = deeplab_v3_plus(5, output_stride=output_stride, norm=norm, dropout=0.0, **TINY)
+    expected = stock_step(output_stride, norm)
+    stock = load(deeplab_v3_plus(5, output_stride=output_stride, norm=norm, dropout=0.0, **TINY),
+                 expected.weights)
     new = memory.rewrite(stock, fuse_separable=False)
     summary = memory.plan(stock, fuse_separable=False)
     fused = dict(summary.fused)
@@ -120,12 +169,13 @@ def test_rewrite_without_separable_fusion_uses_the_single_layer_twins(output_str
     assert isinstance(new.get_layer("aspp_sepconv3_depthwise"), LeanDepthwiseConv2D)
     names = {l.name for l in new.layers}
     assert not {"entry_block1_sepconv1_relu", "entry_block1_sepconv3_pad"} & names
-    images = np.random.RandomState(0).uniform(-1, 1, (2, H, W, 3))
-    assert_same_training_step(stock, new, images)
+    assert_matches_step(expected, new, deeplab_images())
 
 
+@pytest.mark.slow
 def test_rewrite_without_relu_depthwise_fusion_keeps_those_pairs_stock(float64):
-    stock = deeplab_v3_plus(5, dropout=0.0, **TINY)
+    expected = stock_step(16, "batch")
+    stock = load(deeplab_v3_plus(5, dropout=0.0, **TINY), expected.weights)
     new = memory.rewrite(stock, fuse_separable=False, fuse_relu_depthwise=False)
     summary = memory.plan(stock, fuse_separable=False, fuse_relu_depthwise=False)
     # Only ReLU -> Conv2D pairs fuse: exit block 2 (3), ASPP (3), decoder (2), the
@@ -147,10 +197,10 @@ def test_rewrite_without_relu_depthwise_fusion_keeps_those_pairs_stock(float64):
     assert isinstance(new.get_layer("aspp_sepconv1_pointwise"), ReluConv2D)
     norm = new.get_layer("entry_block1_sepconv1_depthwise_bn")
     assert isinstance(norm, InplaceBatchNormalization)
-    images = np.random.RandomState(0).uniform(-1, 1, (2, H, W, 3))
-    assert_same_training_step(stock, new, images)
+    assert_matches_step(expected, new, deeplab_images())
 
 
+@pytest.mark.slow
 def test_checkpoints_load_either_way_between_stock_and_memory_saving(tmp_path):
     stock = deeplab_v3_plus(5, **TINY)
     saving = deeplab_v3_plus(5, memory_saving=True, **TINY)
@@ -181,24 +231,27 @@ def test_checkpoints_load_either_way_between_stock_and_memory_saving(tmp_path):
         memory.copy_weights(deeplab_v3_plus(6, **TINY), other)
 
 
+@pytest.mark.slow
 def test_built_model_with_recompute_equals_rewrite_of_stock(float64):
-    stock = deeplab_v3_plus(5, dropout=0.0, **TINY)
+    expected = stock_step(16, "batch")
+    stock = load(deeplab_v3_plus(5, dropout=0.0, **TINY), expected.weights)
     built = deeplab_v3_plus(5, dropout=0.0, memory_saving=True,
                             recompute=("entry_block1", "middle", "exit_block1"), **TINY)
     assert {"entry_block1", "middle_unit1", "middle_unit2", "exit_block1"} <= {
         l.name for l in built.layers if isinstance(l, Recompute)}
     memory_rewritten = memory.rewrite(stock)
     memory.copy_weights(memory_rewritten, built)
-    images = np.random.RandomState(0).uniform(-1, 1, (2, H, W, 3))
-    assert_same_training_step(stock, built, images, compiled=False)
+    assert_matches_step(expected, built, deeplab_images(), compiled=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("output_stride", [8, 16, 32])
 def test_recomputing_the_head_and_single_middle_units_is_exact(output_stride, float64):
     # The budget planner's finer segments: one middle unit, ASPP up to its
     # projection (the dropout stays outside) and the decoder's separable convs.
     kwargs = dict(dropout=0.0, output_stride=output_stride, **TINY)
-    stock = deeplab_v3_plus(5, **kwargs)
+    expected = stock_step(output_stride, "batch")
+    stock = load(deeplab_v3_plus(5, **kwargs), expected.weights)
     built = deeplab_v3_plus(5, memory_saving=True, recompute=("middle_unit2", "aspp", "decoder"),
                             **kwargs)
     assert [l.name for l in built.layers if isinstance(l, Recompute) and l.tail is None] == [
@@ -207,8 +260,7 @@ def test_recomputing_the_head_and_single_middle_units_is_exact(output_stride, fl
         "aspp_pool", "aspp_conv1x1", "aspp_projection_relu"}
     assert "aspp_dropout" not in {l.name for l in built.get_layer("aspp").block.layers}
     memory.copy_weights(memory.rewrite(stock), built)
-    images = np.random.RandomState(0).uniform(-1, 1, (2, H, W, 3))
-    assert_same_training_step(stock, built, images, compiled=False)
+    assert_matches_step(expected, built, deeplab_images(), compiled=False)
 
 
 def test_recompute_refuses_a_block_whose_inside_is_used_elsewhere():
@@ -221,6 +273,7 @@ def test_recompute_refuses_a_block_whose_inside_is_used_elsewhere():
         deeplab_v3_plus(5, recompute=("entry_block2",), **TINY)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("app", ["Xception", "MobileNetV2"])
 def test_rewrite_of_keras_applications(app, float64):
     shape = (71, 71, 3) if app == "Xception" else (64, 64, 3)

@@ -171,6 +171,7 @@ def test_resnet50_deeplab_memory_saving_keeps_its_outputs(resnet50_deeplab):
     assert_close(saving(images, training=True), stock(images, training=True), rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_resnet50_deeplab_memory_saving_trains_dilated_on_the_cpu(float64):
     """At output stride 16 conv5 is dilated; the memory-saving conv twins' backward
     pass runs there on the CPU too (a dilated Conv2D op has no CPU gradient kernel

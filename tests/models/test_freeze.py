@@ -58,6 +58,7 @@ def _step(model, images, labels):
     return logits, grads[0], {v.path: g for v, g in zip(model.trainable_variables, grads[1:])}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["batch", "sync_batch", "group"])
 def test_frozen_memory_saving_model_equals_frozen_stock(norm, float64):
     kwargs = dict(norm=norm, dropout=0.0, freeze_batch_norm=True, **TINY)
@@ -92,6 +93,7 @@ def test_frozen_memory_saving_model_equals_frozen_stock(norm, float64):
                 np.testing.assert_array_equal(w.numpy(), frozen[w.path], err_msg=w.path)
 
 
+@pytest.mark.slow
 def test_freezing_keeps_the_variables_and_drops_norm_slots(tmp_path):
     """An unfrozen run's checkpoint resumes into a frozen one (fine-tuning a tfseg run)."""
     config = Config.from_flat(dropout=0.0, warmup_steps=0, train_steps=5, **TINY)

@@ -84,8 +84,8 @@ def images(size=(65, 81), seed=0):
     return np.random.RandomState(seed).uniform(-1, 1, (2, *size, 3)).astype("float32")
 
 
-def test_the_rule_names_research_deeplabs_732_variables():
-    model = deeplab_v3_plus(21)  # research/deeplab's xception_65, OS16, 21 classes
+def test_the_rule_names_research_deeplabs_732_variables(reference_deeplab):
+    model = reference_deeplab  # research/deeplab's xception_65, OS16, 21 classes
     names = reference_names(16, 3)
     variables = memory.variables_by_path(model)
     assert len(names) == len(variables) == 732
@@ -105,8 +105,9 @@ def test_the_rule_names_research_deeplabs_732_variables():
         assert name in {n for n, _, _ in names}, name
 
 
-@pytest.mark.parametrize("kwargs", [{}, {"memory_saving": True},
-                                    {"memory_saving": True, "recompute": ("middle",)}])
+@pytest.mark.parametrize("kwargs", [
+    {}, pytest.param({"memory_saving": True}, marks=pytest.mark.slow),
+    {"memory_saving": True, "recompute": ("middle",)}])
 def test_round_trip_gives_the_source_models_logits(source, kwargs):
     model, prefix, arrays = source
     assert research_deeplab_options(prefix) == dict(num_classes=CLASSES, **SMALL,
@@ -185,6 +186,7 @@ def test_backbone_only_checkpoint_loads_the_backbone_and_leaves_the_heads(source
     assert weights["logits/bias"].shape == (7,)
 
 
+@pytest.mark.slow
 def test_missing_or_misshapen_variables_are_refused_in_one_line_naming_them(source, tmp_path):
     model, _, arrays = source
     name = ("xception_65/middle_flow/block1/unit_2/xception_module/"

@@ -90,6 +90,7 @@ REPORT_STEP = dict(DEFAULT, batch=4, middle_repeats=1)
 # worker, so no two measuring processes compete for the cores at once.
 @pytest.mark.slow
 @pytest.mark.xdist_group("measure")
+@pytest.mark.timeout(600)  # over the suite's 300 s per test on a busy machine
 def test_main_report_writes_its_files_and_measures_the_saving(tmp_path):
     """`main.py --mode=report` end to end, on main.py's default training config
     with a smaller batch and middle flow (`REPORT_FLAGS`)."""
@@ -117,6 +118,7 @@ def test_main_report_writes_its_files_and_measures_the_saving(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("measure")
+@pytest.mark.timeout(600)  # over the suite's 300 s per test on a busy machine
 def test_predicted_batch_fits_and_one_more_does_not(tmp_path):
     # Stock at 128x128, measured at batch 1: ~30 MiB a sample, well above the
     # run-to-run noise. The static slope is larger than the measured one (39 vs

@@ -1,6 +1,9 @@
 """What a ``Config`` carries into the data pipeline's ``DataConfig`` and the model."""
 
+import keras
+
 from tfseg.config import Config
+from tfseg.layers import InplaceGroupNormalization, ReluDepthwiseConv2D
 from tfseg.runtime import builders
 
 
@@ -20,9 +23,24 @@ def test_data_flags_reach_the_training_data_config_only():
 
 
 def test_the_model_section_is_the_model():
+    # Each setting away from its default, and each read back from the model it builds.
     config = Config.from_flat(width_multiplier=0.125, middle_repeats=1, output_stride=32,
                               norm="group", memory_saving=True)
     model = builders.model(config, num_classes=3)
-    names = {layer.name for layer in model.layers}
-    assert "middle_unit2_sepconv1" not in str(names) and model.output_shape[-1] == 3
+    assert model.output_shape[-1] == 3
+    layers = list(model._flatten_layers())  # inside Recompute blocks and serial branches too
+    by_name = {layer.name: layer for layer in layers}
+    names = set(by_name)
+    assert by_name["exit_block2_sepconv3_pointwise"].filters == 2048 // 8  # width_multiplier
+    assert "middle_unit1_sepconv1_depthwise" in names  # middle_repeats
+    assert "middle_unit2_sepconv1" not in str(names)
+    # output_stride 32: no dilated conv anywhere, and no atrous ASPP branch.
+    assert not [layer.name for layer in layers if getattr(layer, "dilation_rate", 1) not in (
+        1, (1, 1))]
+    assert not [name for name in names if name.startswith("aspp_sepconv")]
+    norms = [layer for layer in layers if isinstance(
+        layer, (keras.layers.BatchNormalization, keras.layers.GroupNormalization))]
+    # norm "group", as memory_saving's output-only twins; and its fused ReLU -> convs.
+    assert norms and all(type(layer) is InplaceGroupNormalization for layer in norms)
+    assert any(isinstance(layer, ReluDepthwiseConv2D) for layer in layers)
     assert builders.model(config, 3, norm="batch").count_params() != model.count_params()

@@ -99,6 +99,7 @@ def _batches(count):
 VARIANTS = [dict(), dict(memory_saving=True), dict(memory_saving=True, recompute=("middle",))]
 
 
+@pytest.mark.slow
 def test_each_momentum_slot_is_keyed_by_its_own_variable(tmp_path):
     """After one SGD step from zero momentum, a slot holds its variable's change (Keras:
     m = -lr * g; w += m), up to the rounding of w + m: a slot keyed by another variable's
@@ -115,6 +116,7 @@ def test_each_momentum_slot_is_keyed_by_its_own_variable(tmp_path):
 
 
 # One direction (~70 s on 2 cores): the variants order their variables differently either way.
+@pytest.mark.slow
 @pytest.mark.parametrize("first,second", [(0, 2)], ids=["stock-recompute"])
 def test_resuming_in_another_variant_ends_where_the_unbroken_run_does(tmp_path, float64,
                                                                       first, second):

@@ -11,6 +11,7 @@ import pytest
 from tests.split.test_place import on_devices
 
 
+@pytest.mark.slow
 def test_split_head_trains_as_the_stock_head_and_never_gathers_the_logits():
     proc = on_devices(3, "head")
     assert proc.returncode == 0, proc.stderr[-3000:]

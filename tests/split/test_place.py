@@ -20,6 +20,7 @@ def on_devices(count, *args, timeout=600):
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("devices,output_stride,norm,memory_saving", [
     (3, 16, "batch", True),   # the memory-saving twins' custom gradients, split
     (2, 8, "group", False),

@@ -6,34 +6,53 @@ import time
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MAIN = os.path.join(ROOT, "main.py")
+from tests import cli
+from tests.cli import MAIN, ROOT, main_env  # noqa: F401 (the tests' one launcher)
+
 # A tiny network and small crops: every code path, a few seconds per run on 2 CPU cores.
 # Width 0.25, not 0.125: at 0.125 oneDNN on CPU intermittently corrupts the heap
-# ("corrupted size vs. prev_size") in training steps; reported to the lead.
+# ("corrupted size vs. prev_size") in training steps.
 TINY_FLAGS = ("--dataset=cityscapes", "--width_multiplier=0.25", "--middle_repeats=1",
               "--crop_size=64,64", "--batch_size=2", "--warmup_steps=0", "--log_every=1",
               "--learning_rate=0.01", "--seed=0")
 
+# Background runs of this test (start_main): killed when it ends, whatever failed first.
+_STARTED = []
 
-def main_env():
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONUNBUFFERED="1")
 
-
-def run_main(*args, timeout=180, check=True):
-    """Runs main.py in a fresh process; returns the CompletedProcess (stdout+stderr as text)."""
-    proc = subprocess.run([sys.executable, MAIN, *args], capture_output=True, text=True,
-                          timeout=timeout, env=main_env(), cwd=ROOT)
+def run_main(*args, timeout=180, check=True, process=False, **popen_kwargs):
+    """main.py ARGS: in this process (``tests.cli.run``), or in a fresh one where the
+    property needs it (``process=True``, or Popen arguments such as ``preexec_fn``).
+    Returns a CompletedProcess (stdout and stderr as text)."""
+    if process or popen_kwargs:
+        proc = cli.run_process(*args, timeout=timeout, **popen_kwargs)
+    else:
+        proc = cli.run(*args)
     if check and proc.returncode != 0:
         raise AssertionError(f"main.py {' '.join(args)} exited {proc.returncode}:\n"
                              f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
 
 
-def start_main(*args):
-    """main.py as a background process (stdout piped, line-buffered text)."""
-    return subprocess.Popen([sys.executable, MAIN, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=main_env(), cwd=ROOT)
+def start_main(*args, **popen_kwargs):
+    """main.py as a background process (stdout and stderr piped together, text), killed
+    at the end of the test that started it."""
+    options = dict(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    options.update(popen_kwargs)
+    proc = subprocess.Popen([sys.executable, MAIN, *args], env=main_env(), cwd=ROOT,
+                            **options)
+    _STARTED.append(proc)
+    return proc
+
+
+@pytest.fixture(autouse=True)
+def _no_background_run_outlives_its_test():
+    yield
+    while _STARTED:
+        proc = _STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
 
 
 def wait_for(proc, pattern, timeout=120):
@@ -98,3 +117,15 @@ def trained(tmp_path_factory, data_dir):
     run_main("--mode=train", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
              "--train_steps=6", "--checkpoint_every=3", *TINY_FLAGS)
     return data_dir, model_dir
+
+
+@pytest.fixture
+def trained_copy(trained, tmp_path):
+    """(data_dir, a copy of the trained run): for a test that writes into the run, so
+    that no result depends on which tests ran before."""
+    import shutil
+
+    data_dir, model_dir = trained
+    copy = tmp_path / "trained"
+    shutil.copytree(model_dir, copy)
+    return data_dir, copy

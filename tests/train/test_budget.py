@@ -10,6 +10,7 @@ from tests.train.conftest import TINY_FLAGS, run_main
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # over the suite's 300 s per test on a busy machine
 def test_a_budget_trains_the_chosen_plan_records_it_and_keeps_it_on_resume(data_dir, tmp_path):
     model_dir = tmp_path / "run"
     # Mirrored: the plan is one replica's step (on this CPU, the only replica).
@@ -49,7 +50,6 @@ def test_a_budget_trains_the_chosen_plan_records_it_and_keeps_it_on_resume(data_
                               "--recompute itself; give either the budget or them"),
     (("--strategy=multi_worker",), "--memory_budget_gb: plans the replicas of this host; "
                                    "with --strategy=multi_worker"),
-    (("--device_overhead_gb=-2",), "--device_overhead_gb: must be >= 0, or -1"),
 ])
 def test_a_budget_with_conflicting_flags_is_one_line(data_dir, tmp_path, flags, message):
     proc = run_main("--mode=train", f"--data_dir={data_dir}", f"--model_dir={tmp_path}",

@@ -13,6 +13,7 @@ from tests.train.conftest import ROOT, main_env, restored_step
 
 @pytest.mark.slow
 @pytest.mark.parametrize("norm", ["sync_batch"])
+@pytest.mark.timeout(600)  # over the suite's 300 s per test on a busy machine
 def test_two_mirrored_replicas_update_like_one_device(norm):
     """Same global batch (with unevenly split ignore pixels and class weights), 2 steps, float64.
 
@@ -70,6 +71,7 @@ def _run_workers(model_dir, data_dir, train_steps):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # over the suite's 300 s per test on a busy machine
 def test_two_local_workers_train_together_and_resume(tmp_path, data_dir):
     """MultiWorkerMirroredStrategy from TF_CONFIG, two processes on loopback ports, sync
     batch norm: 2 steps, then both resume from the chief's checkpoint and go on to 4."""

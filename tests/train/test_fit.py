@@ -103,6 +103,7 @@ def test_mean_iou_on_logits_is_the_miou_of_tfseg_evaluation():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # over the suite's 300 s per test on a busy machine
 def test_fit_trains_a_memory_saving_model_under_xla_on_the_synthetic_set(batches):
     """The Keras path end to end: ``as_fit_pairs`` of ``build_dataset``, ``compile`` with
     ``PixelLoss`` and ``mean_iou`` and ``jit_compile=True``, ``fit``: on one fixed batch the
@@ -186,6 +187,7 @@ print(json.dumps({"jit": bool(model.jit_compile), "base": base, "peak_over_base"
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("measure")
+@pytest.mark.timeout(600)  # over the suite's 300 s per test on a busy machine
 def test_a_memory_saving_model_keeps_its_saving_in_fit_under_xla():
     """One ``train_on_batch`` of ``compile(jit_compile=True)``, stock and memory saving (width
     0.25, 97x129, batch 2), each in a fresh process with oneDNN's allocator, which alone

@@ -54,6 +54,7 @@ def test_a_dead_holder_with_this_processes_pid_does_not_block(tmp_path):
         assert lock.fd is not None
 
 
+@pytest.mark.slow
 def test_two_runs_starting_together_on_a_stale_lock_never_both_win(tmp_path):
     (tmp_path / ".lock").write_text(f"{socket.gethostname()} 999999\n")  # a dead run's
     for _ in range(3):
@@ -63,3 +64,12 @@ def test_two_runs_starting_together_on_a_stale_lock_never_both_win(tmp_path):
             p.wait(timeout=60)
         assert lines[1] == "held" and lines[0].startswith("--model_dir: "), lines
         time.sleep(0.1)
+
+
+def test_importing_the_lock_imports_no_tensorflow():
+    """main.py takes the lock before it builds anything: a second run is refused at once,
+    without TensorFlow's seconds of import."""
+    code = "import sys, tfseg.train.lock; assert 'tensorflow' not in sys.modules"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]

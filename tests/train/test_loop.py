@@ -1,8 +1,10 @@
-"""main.py --mode=train end to end: resume, SIGTERM, NaN, kill -9 (real subprocesses)."""
+"""main.py --mode=train end to end: resume, SIGTERM, NaN. Signals go to real processes;
+the other runs are main.py called in this process (``tests.cli``)."""
 
 import json
 import os
 import re
+import resource
 import signal
 import time
 
@@ -24,7 +26,9 @@ def _losses(output):
 def test_train_then_resume_continues_the_step_count(tmp_path, data_dir):
     common = ("--mode=train", f"--data_dir={data_dir}", f"--model_dir={tmp_path}",
               "--checkpoint_every=2", "--keep_checkpoints=2", *TINY_FLAGS)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
     first = run_main("--train_steps=4", "--eval_every=2", *common)
+    rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
     assert "from scratch" in first.stdout
     assert checkpoint_steps(tmp_path) == [2, 4]
     # --eval_every: val mIoU during training, logged and in TensorBoard at steps 2 and 4.
@@ -32,9 +36,13 @@ def test_train_then_resume_continues_the_step_count(tmp_path, data_dir):
     assert evals == ["2", "4"], first.stdout[-2000:]
     mious = scalars(tmp_path / "eval", "miou")
     assert sorted(mious) == [2, 4] and all(0 <= v <= 1 for v in mious.values())
-    # The progress bar's memory peak is a real number, labelled with where it comes from.
+    # The progress bar's memory peak, labelled with where it comes from: with oneDNN off
+    # (tests/conftest.py) the CPU allocator keeps no statistics, so it is this process's
+    # resident high-water mark, read during the run.
     peaks = re.findall(r"(gpu|cpu|rss)_peak_MiB: ([0-9.]+)", first.stdout)
-    assert peaks and all(float(value) > 10 for _, value in peaks), first.stdout[-2000:]
+    assert peaks and {label for label, _ in peaks} == {"rss"}, first.stdout[-2000:]
+    assert all(rss_before - 1 <= float(value) <= rss_after + 1 for _, value in peaks), \
+        (peaks, rss_before, rss_after)
     # The input pipeline's counts: logged at each log step, summed up at the end.
     bad = scalars(tmp_path / "train", "data/bad_examples")
     assert sorted(bad) == [1, 2, 3, 4] and set(bad.values()) == {0.0}
@@ -51,15 +59,9 @@ def test_train_then_resume_continues_the_step_count(tmp_path, data_dir):
     assert len(config["class_names"]) == 19 and config["class_names"][0] == "road"
     assert config["palette"][0] == [128, 64, 128] and len(config["palette"]) == 19
     assert any(name.startswith("events") for name in os.listdir(tmp_path / "train"))
-    # Already done: a third run does nothing and says so.
+    # Already done: a third run does nothing and says so. (A damaged state file:
+    # tests/train/test_faults.py.)
     assert "already trained" in run_main("--train_steps=6", *common).stdout
-    # A damaged state file: the run goes on from its newest checkpoint, it does not start
-    # afresh over it (it used to, and overwrote ckpt-2 and ckpt-4).
-    (tmp_path / "checkpoint").write_text("garbage\n")
-    fourth = run_main("--train_steps=8", *common)
-    assert "checkpoint is missing or unreadable" in fourth.stdout
-    assert f"resumed from {tmp_path}/ckpt-6 at step 6" in fourth.stdout, fourth.stdout[-2000:]
-    assert checkpoint_steps(tmp_path) == [6, 8] and restored_step(tmp_path) == 8
 
 
 def _weights(model_dir):
@@ -71,20 +73,33 @@ def _weights(model_dir):
 
 @pytest.mark.slow
 def test_an_interrupted_run_ends_where_an_unbroken_one_does(tmp_path, data_dir):
-    """Stopped by SIGTERM and resumed, a --deterministic run reads the batches that follow
-    in the same input order (not the first epoch's start again), with the same dropout
-    masks, and ends with the unbroken run's weights, bit for bit."""
+    """Stopped by SIGTERM, with an impatient SIGINT (a double Ctrl-C) during the exit save,
+    the run saves, exits 0 and resumes there. A --deterministic run then reads the batches
+    that follow in the same input order (not the first epoch's start again), with the
+    same dropout masks, and ends with the unbroken run's weights, bit for bit."""
     common = (f"--data_dir={data_dir}", "--mode=train", "--deterministic", "--train_steps=5",
-              *TINY_FLAGS, "--dropout=0.5")
+              "--checkpoint_every=1000", *TINY_FLAGS, "--dropout=0.5")
     run_main(f"--model_dir={tmp_path / 'unbroken'}", *common)
-    proc = start_main(f"--model_dir={tmp_path / 'resumed'}", *common)
+    resumed_dir = tmp_path / "resumed"
+    proc = start_main(f"--model_dir={resumed_dir}", *common)
     wait_for(proc, r"[^0-9]2/5")
     proc.send_signal(signal.SIGTERM)
+    # An impatient second signal must not break into the exit save.
+    time.sleep(0.1)  # pending together, SIGINT (2) would be handled before SIGTERM (15)
+    proc.send_signal(signal.SIGINT)
     stopped = wait_for(proc, r"SIGTERM: saved .* at step \d")
-    proc.communicate(timeout=120)
-    assert "at step 5" not in stopped  # stopped early: the resume has steps left
-    run_main(f"--model_dir={tmp_path / 'resumed'}", *common)
-    unbroken, resumed = _weights(tmp_path / "unbroken"), _weights(tmp_path / "resumed")
+    # Out within a cluster manager's grace period: once saved, the process exits without
+    # winding down the input pipeline (its time: benchmarks, not here).
+    output = stopped + proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0, output[-3000:]
+    assert "SIGINT again: still stopping after SIGTERM" in output and "Traceback" not in output
+    stopped_at = restored_step(resumed_dir)
+    assert 2 <= stopped_at < 5, output[-3000:]  # stopped early: the resume has steps left
+    resumed = run_main(f"--model_dir={resumed_dir}", *common)
+    assert f"resumed from {resumed_dir}/ckpt-{stopped_at} at step {stopped_at}" in \
+        resumed.stdout, resumed.stdout[-2000:]
+    assert restored_step(resumed_dir) == 5
+    unbroken, resumed = _weights(tmp_path / "unbroken"), _weights(resumed_dir)
     assert unbroken.keys() == resumed.keys() and len(unbroken) > 50
     for key in unbroken:
         np.testing.assert_array_equal(resumed[key], unbroken[key], err_msg=key)
@@ -107,32 +122,6 @@ def test_a_checkpoint_without_the_input_position_goes_on_at_its_step(tmp_path, d
     assert not tf.train.load_checkpoint(str(tmp_path / "ckpt-2")).has_tensor(
         "batches_read/.ATTRIBUTES/VARIABLE_VALUE")
     assert int(reader.get_tensor("batches_read/.ATTRIBUTES/VARIABLE_VALUE")) == 4
-
-
-@pytest.mark.slow
-def test_sigterm_saves_and_resume_finishes(tmp_path, data_dir):
-    common = (f"--data_dir={data_dir}", f"--model_dir={tmp_path}", "--mode=train",
-              "--checkpoint_every=1000", *TINY_FLAGS)
-    proc = start_main("--train_steps=100000", *common)
-    wait_for(proc, r"\d+/100000")  # the first progress line: training is under way
-    sent = time.perf_counter()
-    proc.send_signal(signal.SIGTERM)
-    # An impatient second signal (a double Ctrl-C) must not break into the exit save.
-    time.sleep(0.1)  # pending together, SIGINT (2) would be handled before SIGTERM (15)
-    proc.send_signal(signal.SIGINT)
-    saved = wait_for(proc, r"SIGTERM: saved")
-    output = saved + proc.communicate(timeout=120)[0]
-    exited = time.perf_counter() - sent
-    assert proc.returncode == 0, output[-3000:]
-    assert "SIGINT again: still stopping after SIGTERM" in output and "Traceback" not in output
-    # Out within a cluster manager's grace period (~30 s before SIGKILL): once saved, the
-    # process exits without winding down the input pipeline (measured: 0.6 s here).
-    assert exited < 20, f"{exited:.1f} s from SIGTERM to exit"
-    stopped_at = restored_step(tmp_path)
-    assert 1 <= stopped_at < 1000
-    resumed = run_main(f"--train_steps={stopped_at + 2}", *common)
-    assert f"at step {stopped_at}" in resumed.stdout
-    assert restored_step(tmp_path) == stopped_at + 2
 
 
 def _catches_sigterm(proc, timeout=60):

@@ -1,4 +1,5 @@
-"""main.py --mode=eval / predict / export on a tiny trained run."""
+"""main.py --mode=eval / predict / export / convert on a tiny trained run (in this process,
+``tests.cli``); a test that writes into the run works on a copy of it."""
 
 import json
 import os
@@ -15,9 +16,9 @@ from tfseg.models import normalize
 
 
 @pytest.mark.slow
-def test_eval_writes_eval_json(trained):
+def test_eval_writes_eval_json(trained_copy):
     """(The sliding and multi-scale modes are tested in-process in test_inference.py.)"""
-    data_dir, model_dir = trained
+    data_dir, model_dir = trained_copy
     mode_flags = ("--eval_mode=sliding", "--eval_crop=33,49", "--eval_stride=20,30")
     proc = run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
                     *mode_flags)
@@ -38,8 +39,8 @@ def test_eval_writes_eval_json(trained):
 
 
 @pytest.mark.slow
-def test_eval_of_a_named_checkpoint(trained):
-    data_dir, model_dir = trained
+def test_eval_of_a_named_checkpoint(trained_copy):
+    data_dir, model_dir = trained_copy
     run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
              "--checkpoint=ckpt-3")
     result = json.load(open(os.path.join(model_dir, "eval", "eval.json")))
@@ -57,6 +58,19 @@ def test_eval_that_cannot_write_prints_its_metrics_then_one_line(trained, tmp_pa
     assert proc.stderr.strip().splitlines() == [
         f"main.py: error: --model_dir: evaluated, but could not write {tmp_path}/eval: "
         f"File exists"], proc.stderr[-2000:]
+
+
+def test_eval_of_a_missing_data_dir_exits_2_naming_it(trained, tmp_path):
+    _, model_dir = trained
+    missing = tmp_path / "no_such_dir"
+    proc = run_main("--mode=eval", "--dataset=cityscapes", f"--data_dir={missing}",
+                    f"--model_dir={tmp_path / 'run'}", f"--checkpoint={model_dir}/ckpt-6",
+                    check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("main.py: error:"), proc.stderr[-2000:]
+    assert "no_such_dir" in lines[0], lines[0]
+    assert not (tmp_path / "run" / "eval").exists()
 
 
 def _no_data_flags(tmp_path):
@@ -98,9 +112,10 @@ def test_a_checkpoint_of_another_architecture_exits_2_naming_it(trained, tmp_pat
     assert "entries missing (e.g. weights/middle_unit2_" in lines[0]
 
 
-@pytest.mark.parametrize("mode,split", [("train", "train"), ("eval", "val")])
-def test_a_corrupt_image_exits_2_naming_it(trained, tmp_path, mode, split):
-    data_dir, model_dir = trained
+@pytest.mark.parametrize("mode,split", [
+    pytest.param("train", "train", marks=pytest.mark.slow), ("eval", "val")])
+def test_a_corrupt_image_exits_2_naming_it(trained_copy, tmp_path, mode, split):
+    data_dir, model_dir = trained_copy
     copy = shutil.copytree(data_dir, tmp_path / "data")
     images = sorted((copy / "leftImg8bit" / split).glob("*/*.png"))
     images[-1].write_bytes(images[-1].read_bytes()[:300])  # truncated
