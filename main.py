@@ -42,8 +42,8 @@ def _exit_if_stopped(finished=True):
     saved), else with the shell's 128 + the signal's number (nothing was done)."""
     if STOP:
         # Saved, logged and unlocked: exit now. A normal exit would first wind down the
-        # input pipeline's threads and TF's runtime, which took over a minute on a loaded
-        # machine, past a cluster manager's grace period before SIGKILL (~30 s).
+        # input pipeline's threads and TF's runtime, which can outlast a cluster manager's
+        # grace period before SIGKILL (~30 s).
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0 if finished else 128 + signal.Signals[STOP.signal].value)

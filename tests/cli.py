@@ -71,7 +71,7 @@ def run(*args):
     finally:
         # What a run sets for the whole process (its dtype policy, the graph's names).
         keras.mixed_precision.set_global_policy("float32")
-        keras.backend.clear_session()
+        keras.backend.clear_session(free_memory=False)
     return subprocess.CompletedProcess(["main.py", *args], code,
                                        stdout.getvalue() + fd_out.getvalue(),
                                        stderr.getvalue() + fd_err.getvalue())

@@ -85,7 +85,7 @@ class Model:
         "shards of classes, each made again in the backward pass, so the full-size logits of "
         "all classes never exist (0: the stock head; the same weights either way).")
     # research/deeplab's conventions are head_epsilon=1e-5 and resize=align_corners; a
-    # config.json saved before these settings gets today's defaults, the same model.
+    # config.json saved before these settings gets the current defaults, the same model.
     head_epsilon: float = setting(1e-3, "Norm epsilon of the ASPP and decoder (the backbone "
                                   "keeps 1e-3); research/deeplab: 1e-5.")
     resize: str = setting("half_pixel", "Bilinear resizes (ASPP pooling, decoder, logits): "

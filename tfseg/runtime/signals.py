@@ -9,8 +9,8 @@ class StopRequest:
 
     Stopping between steps (rather than raising inside a signal handler) means
     the checkpoint written on the way out holds a consistent step, weights and
-    optimizer state. Further signals change nothing: a second Ctrl-C used to
-    raise KeyboardInterrupt inside the exit save and drop it. The exit after a
+    optimizer state. Further signals change nothing, so that a second Ctrl-C
+    cannot raise KeyboardInterrupt inside the exit save and lose it. The exit after a
     stop is prompt (a step, a save, well under a second on small runs), and
     SIGKILL still ends a run that is stuck.
     """

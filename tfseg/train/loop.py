@@ -27,7 +27,7 @@ def memory_peak():
     keeps one, else the process's peak resident set size so far, labelled as such.
 
     The CPU allocator keeps no statistics unless oneDNN is on: ``get_memory_info``
-    then raises or reports 0, which the progress bar used to show as a peak of 0.
+    then raises or reports 0, which would read as a peak of 0.
     The resident size's high-water mark starts at the parent process's (Linux keeps
     it across fork and exec), so under a large parent it shows that until exceeded.
     """

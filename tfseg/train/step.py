@@ -23,9 +23,8 @@ def _with_l2(grads, variables, decayed, coefficient):
     Added after the tape, not by it: the tape's gradient of the penalty tiles the
     loss's gradient to each kernel's shape and multiplies twice, and its buffers are
     ready as soon as the backward pass starts (they need only the loss's), so they
-    can wait, kernel-sized, for the data gradients. Measured (Xception-65, memory
-    saving, fresh processes): base + peak 2,034 -> 1,987 MB at 513x513, batch 2;
-    989 -> 950 MB at 257x257.
+    can wait, kernel-sized, for the data gradients (what it saves:
+    docs/benchmarks.md).
 
     Each ``coefficient * kernel`` is made only once its data gradient exists (a
     control dependency; XLA fuses the multiply into the add). Otherwise TF's
