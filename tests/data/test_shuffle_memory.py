@@ -93,7 +93,6 @@ def _large_tree(root):
     return str(root)
 
 
-@pytest.mark.slow
 @pytest.mark.xdist_group("measure")
 def test_host_memory_of_a_training_epoch(tmp_path):
     root = _large_tree(tmp_path / "large")

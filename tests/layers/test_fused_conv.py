@@ -143,7 +143,6 @@ def test_fused_convs_under_mixed_bfloat16(mixed_bfloat16):
             (2, 9, 7, 8), compiled=True, dtype="bfloat16", rtol=2e-2, atol=5e-2)
 
 
-@pytest.mark.slow
 def test_property_many_random_shapes():
     rng = np.random.RandomState(11)
     for trial in range(10):

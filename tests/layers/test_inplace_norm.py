@@ -193,7 +193,6 @@ def test_inference_and_frozen_layers_run_the_stock_code():
     np.testing.assert_array_equal(twin.moving_mean.numpy(), [1.0, -1.0, 0.5])
 
 
-@pytest.mark.slow
 def test_property_many_random_shapes():
     rng = np.random.RandomState(7)
     for trial in range(12):

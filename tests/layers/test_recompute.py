@@ -153,7 +153,6 @@ def test_recompute_refuses_a_tail_that_is_not_linear():
         Recompute(block, tail=keras.layers.Conv2D(4, 1, activation="relu"), name="r")
 
 
-@pytest.mark.slow
 def test_property_separable_tail_over_random_shapes():
     rng = np.random.RandomState(5)
     for trial in range(8):

@@ -59,7 +59,6 @@ def test_models_with_operations_that_are_not_layers(app, size, extra):
     assert_same_step(model, new, images)
 
 
-@pytest.mark.slow
 def test_a_functional_backbone_inside_a_task_model_is_rewritten_too(float64):
     # float64: at this size the last norms see 8 values a channel, and float32's
     # reordering noise grows to ~0.5% of the first conv's gradient.
@@ -99,7 +98,6 @@ def test_swish_and_hard_swish_fuse_into_the_next_conv(app, conv, kind):
     assert fused[conv] not in {layer.name for layer in new.layers}  # taken in
 
 
-@pytest.mark.slow
 def test_squeeze_excite_products_are_folded_into_the_projection_conv():
     """EfficientNet's block: activation -> squeeze-excite Multiply -> 1x1 projection.
     The projection conv multiplies by the channel weights itself, so the product is
@@ -148,12 +146,7 @@ def check_application(app, rtol, compiled):
     assert_same_step(model, new, images, rtol=rtol, compiled=compiled)
 
 
-# The families over ~12 s on 2 cores are in the slow tier.
-SLOW_FAMILIES = ("EfficientNetV2B0", "InceptionV3", "ResNet50", "ResNet50V2", "VGG16")
-
-
-@pytest.mark.parametrize("app", [pytest.param(name, marks=pytest.mark.slow)
-                                 if name in SLOW_FAMILIES else name for name in FAMILIES])
+@pytest.mark.parametrize("app", FAMILIES)
 def test_each_keras_applications_family(app, float64):
     check_application(app, rtol=1e-6, compiled=False)
 

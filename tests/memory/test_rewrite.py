@@ -91,7 +91,6 @@ def assert_matches_step(expected, new, images, compiled=True):
                                    err_msg=path)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["batch", "group"])
 @pytest.mark.parametrize("output_stride", [8, 16])
 def test_rewrite_of_tfseg_model_keeps_weights_outputs_and_gradients(output_stride, norm, float64):
@@ -172,7 +171,6 @@ def test_rewrite_without_separable_fusion_uses_the_single_layer_twins(output_str
     assert_matches_step(expected, new, deeplab_images())
 
 
-@pytest.mark.slow
 def test_rewrite_without_relu_depthwise_fusion_keeps_those_pairs_stock(float64):
     expected = stock_step(16, "batch")
     stock = load(deeplab_v3_plus(5, dropout=0.0, **TINY), expected.weights)
@@ -200,7 +198,6 @@ def test_rewrite_without_relu_depthwise_fusion_keeps_those_pairs_stock(float64):
     assert_matches_step(expected, new, deeplab_images())
 
 
-@pytest.mark.slow
 def test_checkpoints_load_either_way_between_stock_and_memory_saving(tmp_path):
     stock = deeplab_v3_plus(5, **TINY)
     saving = deeplab_v3_plus(5, memory_saving=True, **TINY)
@@ -231,7 +228,6 @@ def test_checkpoints_load_either_way_between_stock_and_memory_saving(tmp_path):
         memory.copy_weights(deeplab_v3_plus(6, **TINY), other)
 
 
-@pytest.mark.slow
 def test_built_model_with_recompute_equals_rewrite_of_stock(float64):
     expected = stock_step(16, "batch")
     stock = load(deeplab_v3_plus(5, dropout=0.0, **TINY), expected.weights)
@@ -244,7 +240,6 @@ def test_built_model_with_recompute_equals_rewrite_of_stock(float64):
     assert_matches_step(expected, built, deeplab_images(), compiled=False)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("output_stride", [8, 16, 32])
 def test_recomputing_the_head_and_single_middle_units_is_exact(output_stride, float64):
     # The budget planner's finer segments: one middle unit, ASPP up to its
@@ -273,7 +268,6 @@ def test_recompute_refuses_a_block_whose_inside_is_used_elsewhere():
         deeplab_v3_plus(5, recompute=("entry_block2",), **TINY)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("app", ["Xception", "MobileNetV2"])
 def test_rewrite_of_keras_applications(app, float64):
     shape = (71, 71, 3) if app == "Xception" else (64, 64, 3)

@@ -105,9 +105,8 @@ def test_the_rule_names_research_deeplabs_732_variables(reference_deeplab):
         assert name in {n for n, _, _ in names}, name
 
 
-@pytest.mark.parametrize("kwargs", [
-    {}, pytest.param({"memory_saving": True}, marks=pytest.mark.slow),
-    {"memory_saving": True, "recompute": ("middle",)}])
+@pytest.mark.parametrize("kwargs", [{}, {"memory_saving": True},
+                                    {"memory_saving": True, "recompute": ("middle",)}])
 def test_round_trip_gives_the_source_models_logits(source, kwargs):
     model, prefix, arrays = source
     assert research_deeplab_options(prefix) == dict(num_classes=CLASSES, **SMALL,
@@ -186,7 +185,6 @@ def test_backbone_only_checkpoint_loads_the_backbone_and_leaves_the_heads(source
     assert weights["logits/bias"].shape == (7,)
 
 
-@pytest.mark.slow
 def test_missing_or_misshapen_variables_are_refused_in_one_line_naming_them(source, tmp_path):
     model, _, arrays = source
     name = ("xception_65/middle_flow/block1/unit_2/xception_module/"

@@ -12,7 +12,6 @@ BACKWARD_KINDS = ("FusedBatchNormGradV3", "ReluGrad", "SpaceToBatchND", "BatchTo
                   "DepthwiseConv2dNativeBackpropInput", "Conv2DBackpropInput")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["batch", "group"])
 def test_the_twins_backward_buffers_are_attributed_to_their_layers(norm):
     """The tape calls a custom gradient outside its layer's name scope: unless the

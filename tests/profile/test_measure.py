@@ -137,7 +137,6 @@ def is_broken(config):
     raise ValueError("not a model")
 
 
-@pytest.mark.slow
 def test_only_running_out_of_memory_reads_as_not_fitting(monkeypatch):
     """The planner counts OutOfMemory as "does not fit"; any other failure is an error."""
     monkeypatch.chdir(ROOT)

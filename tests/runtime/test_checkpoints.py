@@ -99,7 +99,6 @@ def _batches(count):
 VARIANTS = [dict(), dict(memory_saving=True), dict(memory_saving=True, recompute=("middle",))]
 
 
-@pytest.mark.slow
 def test_each_momentum_slot_is_keyed_by_its_own_variable(tmp_path):
     """After one SGD step from zero momentum, a slot holds its variable's change (Keras:
     m = -lr * g; w += m), up to the rounding of w + m: a slot keyed by another variable's

@@ -109,7 +109,6 @@ def _file_size_limit(limit):
     return apply
 
 
-@pytest.mark.slow
 def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_latest(run, tmp_path):
     """On a tmpfs that holds ckpt-3 and ckpt-6 (9 MB each) but not a third, else (no
     right to mount) under a file-size limit."""

@@ -85,7 +85,6 @@ def test_fine_tuning_from_an_imported_checkpoint_records_its_conventions(
     assert json.load(open(tmp_path / "eval" / "eval.json"))["step"] == 3
 
 
-@pytest.mark.slow
 def test_eval_of_an_imported_checkpoint(zoo, data_dir, tmp_path):
     prefix, _ = zoo
     run_main("--mode=eval", f"--init_checkpoint={os.path.dirname(prefix)}",  # its folder
@@ -113,7 +112,6 @@ def test_a_bad_init_checkpoint_is_one_line_naming_it(zoo, data_dir, tmp_path, ca
         assert "middle" in lines[0], lines[0]
 
 
-@pytest.mark.slow
 def test_predict_with_an_imported_checkpoint_colours_the_reference_models_classes(
         zoo, data_dir, tmp_path):
     from tfseg.data import cityscapes

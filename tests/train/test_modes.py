@@ -15,7 +15,6 @@ from tfseg.config import Config
 from tfseg.models import normalize
 
 
-@pytest.mark.slow
 def test_eval_writes_eval_json(trained_copy):
     """(The sliding and multi-scale modes are tested in-process in test_inference.py.)"""
     data_dir, model_dir = trained_copy
@@ -38,7 +37,6 @@ def test_eval_writes_eval_json(trained_copy):
         result["labelled_pixels"]
 
 
-@pytest.mark.slow
 def test_eval_of_a_named_checkpoint(trained_copy):
     data_dir, model_dir = trained_copy
     run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
@@ -47,7 +45,6 @@ def test_eval_of_a_named_checkpoint(trained_copy):
     assert result["step"] == 3
 
 
-@pytest.mark.slow
 def test_eval_that_cannot_write_prints_its_metrics_then_one_line(trained, tmp_path):
     """(As root, permissions do not stop a write: a file where the eval folder goes does.)"""
     data_dir, model_dir = trained
@@ -78,7 +75,6 @@ def _no_data_flags(tmp_path):
     return "--dataset=cityscapes", f"--data_dir={tmp_path / 'deleted_data'}"
 
 
-@pytest.mark.slow
 def test_eval_with_a_checkpoint_of_another_run_uses_that_runs_config(trained, tmp_path):
     """--model_dir's config.json describes another architecture; the one beside the
     checkpoint wins."""
@@ -94,7 +90,6 @@ def test_eval_with_a_checkpoint_of_another_run_uses_that_runs_config(trained, tm
     assert result["step"] == 3 and result["checkpoint"] == f"{model_dir}/ckpt-3"
 
 
-@pytest.mark.slow
 def test_a_checkpoint_of_another_architecture_exits_2_naming_it(trained, tmp_path):
     """Without a config.json beside it, the flags describe the model: here, wrongly."""
     data_dir, model_dir = trained
@@ -112,8 +107,7 @@ def test_a_checkpoint_of_another_architecture_exits_2_naming_it(trained, tmp_pat
     assert "entries missing (e.g. weights/middle_unit2_" in lines[0]
 
 
-@pytest.mark.parametrize("mode,split", [
-    pytest.param("train", "train", marks=pytest.mark.slow), ("eval", "val")])
+@pytest.mark.parametrize("mode,split", [("train", "train"), ("eval", "val")])
 def test_a_corrupt_image_exits_2_naming_it(trained_copy, tmp_path, mode, split):
     data_dir, model_dir = trained_copy
     copy = shutil.copytree(data_dir, tmp_path / "data")
@@ -127,7 +121,6 @@ def test_a_corrupt_image_exits_2_naming_it(trained_copy, tmp_path, mode, split):
     assert lines[0] == f"main.py: error: tfseg: cannot read or decode image file {images[-1]}"
 
 
-@pytest.mark.slow
 def test_predict_writes_label_and_overlay_pngs_without_the_data_set(trained, tmp_path):
     data_dir, model_dir = trained
     images = tmp_path / "images"

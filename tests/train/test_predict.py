@@ -44,7 +44,6 @@ def test_an_unknown_output_format_names_the_flag():
         Config.from_flat(output_format="rgb")
 
 
-@pytest.mark.slow
 def test_label_ids_are_the_mapped_train_ids_named_for_the_benchmark(trained, tmp_path):
     data_dir, model_dir = trained
     images = os.path.join(data_dir, *VAL_CITY)
@@ -74,7 +73,6 @@ def test_label_ids_are_the_mapped_train_ids_named_for_the_benchmark(trained, tmp
         assert len(fnmatch.filter(os.listdir(label_out), pattern)) == 1, pattern
 
 
-@pytest.mark.slow
 def test_label_ids_of_a_model_of_other_classes_exits_2_naming_the_flag(trained, tmp_path):
     """The same weights, but config.json says the 19 classes are another data set's."""
     data_dir, model_dir = trained

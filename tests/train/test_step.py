@@ -28,7 +28,6 @@ def mixed_float16():
     keras.mixed_precision.set_global_policy("float32")
 
 
-@pytest.mark.slow
 def test_an_update_the_loss_scale_optimizer_skips_is_not_a_step(mixed_float16):
     config = Config.from_flat(width_multiplier=0.25, middle_repeats=1, dropout=0.0, warmup_steps=0,
                               train_steps=10, dtype_policy="mixed_float16")
@@ -143,7 +142,6 @@ def test_weight_decay_moves_exactly_the_decayed_kernels(decay_type):
         penalty if decay_type == "l2" else 0.0, rel=1e-4, abs=1e-5)
 
 
-@pytest.mark.slow
 def test_l2_decay_under_loss_scaling_moves_the_kernels_as_in_float32(mixed_float16):
     """The step adds the L2 gradient after the tape; the loss-scale optimizer unscales
     every gradient, so that one must be scaled as the loss is: the kernels still move
@@ -167,7 +165,6 @@ def test_l2_decay_under_loss_scaling_moves_the_kernels_as_in_float32(mixed_float
                                    rtol=1e-3, atol=1e-7, err_msg=path)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("decay_type", ["l2", "decoupled"])
 def test_l2_decay_goes_through_momentum_and_decoupled_does_not(decay_type):
     """Two steps with every label ignored, so only the decay moves the kernels
@@ -265,7 +262,6 @@ def test_updates_skipped_in_a_row_stop_the_run(mixed_float16):
     assert skipped.count == 0
 
 
-@pytest.mark.slow
 def test_the_step_normalises_uint8_pixels_as_the_old_float_path_did(tmp_path):
     """Real crops of real files: the old pipeline fed the model ``crop / 127.5 - 1`` in
     float32, the new one feeds ``to_uint8(crop)`` and the step normalises it. On the same
