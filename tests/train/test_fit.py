@@ -88,6 +88,32 @@ def test_pixel_loss_refuses_logits_smaller_than_the_labels():
         traced(labels, logits)
 
 
+def _ancestors(op):
+    """Every op that ``op`` waits for, through its inputs and control inputs."""
+    seen, stack = set(), [op]
+    while stack:
+        current = stack.pop()
+        for parent in [t.op for t in current.inputs] + list(current.control_inputs):
+            if parent not in seen:
+                seen.add(parent)
+                stack.append(parent)
+    return seen
+
+
+def test_the_traced_size_check_runs_before_anything_reads_the_logits():
+    """Else the loss's ops race the assertion, and a broadcasting error of theirs can
+    come first and hide the message (seen in a busy test worker)."""
+    spec = (tf.TensorSpec([None, None, None], tf.int32), tf.TensorSpec([None, None, None, 3]))
+    graph = tf.function(lambda y, x: PixelLoss()(y, x)).get_concrete_function(*spec).graph
+    check, = [op for op in graph.get_operations()
+              if op.type == "Assert" and op.name.startswith("pixel_loss/assert_equal")]
+    before = _ancestors(check) | {check}
+    readers = [op for op in graph.get_operations() if op not in before
+               and {t.op for t in graph.inputs} & _ancestors(op)]
+    assert readers and all(check in _ancestors(op) for op in readers), \
+        [op.name for op in readers if check not in _ancestors(op)][:5]
+
+
 def test_mean_iou_on_logits_is_the_miou_of_tfseg_evaluation():
     rng = np.random.default_rng(1)
     metric, reference = mean_iou(5), SegmentationMetrics(5)

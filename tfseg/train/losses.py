@@ -83,7 +83,7 @@ class PixelLoss(keras.losses.Loss):
         """The loss of ``y_pred`` (logits) at ``y_true`` (labels); see the class."""
         labels = _class_ids(y_true)
         logits = tf.convert_to_tensor(y_pred)
-        _require_same_size(labels, logits)
+        labels, logits = _require_same_size(labels, logits)
         weights = self.weights(labels, sample_weight)
         total = self.cross_entropy(labels, logits, sample_weight=weights)
         count = _over_replicas(tf.reduce_sum(weights)) if count is None else count
@@ -155,6 +155,8 @@ def _class_ids(labels):
 
 
 def _require_same_size(labels, logits):
+    """(labels, logits), refused when their sizes differ; where the sizes are known only
+    when it runs, the two come out of the check, so nothing reads them before it."""
     if labels.shape.rank != 3 or logits.shape.rank != 4:
         raise ValueError(f"tfseg.train.PixelLoss: wants labels [N, H, W] or [N, H, W, 1] and "
                          f"logits [N, H, W, C], got {labels.shape} and {logits.shape}")
@@ -163,8 +165,14 @@ def _require_same_size(labels, logits):
     if not labels.shape.is_compatible_with(logits.shape[:-1]):
         raise ValueError(f"{message}: logits {logits.shape}, labels {labels.shape}")
     if not (labels.shape.is_fully_defined() and logits.shape.is_fully_defined()):
-        # Sizes known only when it runs (a model of any input size): checked then.
-        tf.debugging.assert_equal(tf.shape(logits)[:-1], tf.shape(labels), message=message)
+        # Sizes known only when it runs (a model of any input size): checked then, and
+        # first. An assert that nothing waits for races the ops after it, and a
+        # broadcasting error of theirs would hide this message.
+        check = tf.debugging.assert_equal(tf.shape(logits)[:-1], tf.shape(labels),
+                                          message=message)
+        with tf.control_dependencies([check]):
+            return tf.identity(labels), tf.identity(logits)
+    return labels, logits
 
 
 def _over_replicas(count):
