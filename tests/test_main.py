@@ -19,8 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGFILES = sorted(glob.glob(os.path.join(ROOT, "flags", "*.flags")))
 
 
-def _main(*args):
-    return cli.run(*args)
+_main = cli.run
 
 
 def _settings(proc):

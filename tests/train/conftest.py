@@ -23,7 +23,8 @@ _STARTED = []
 def run_main(*args, timeout=180, check=True, process=False, **popen_kwargs):
     """main.py ARGS: in this process (``tests.cli.run``), or in a fresh one where the
     property needs it (``process=True``, or Popen arguments such as ``preexec_fn``).
-    Returns a CompletedProcess (stdout and stderr as text)."""
+    Returns a CompletedProcess (stdout and stderr as text). ``timeout`` bounds a fresh
+    process; an in-process run is bounded by the test's own timeout (setup.cfg)."""
     if process or popen_kwargs:
         proc = cli.run_process(*args, timeout=timeout, **popen_kwargs)
     else:
