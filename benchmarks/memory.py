@@ -1,7 +1,7 @@
 """Training-step memory and time: stock Keras layers vs tfseg's memory-saving twins.
 
 Full DeepLabv3+ / Xception-65, 21 classes, OS16, one full training step as
-`--mode=train` runs it (`tfseg.train.step.make_train_step`: forward, backward,
+`--mode=train` runs it (`tfseg.training.step.make_train_step`: forward, backward,
 finite check, update; SGD momentum 0.9 and L2 weight decay 4e-5, the training
 defaults), each variant measured in its own fresh process (see
 tfseg/profile/measure.py for the recipe). Prints a table with ratios to stock

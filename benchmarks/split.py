@@ -47,8 +47,8 @@ def child(variant, args):
     from tfseg import split as split_lib
     from tfseg.models import deeplab_v3_plus
     from tfseg.split import plan
-    from tfseg.train import losses
-    from tfseg.train.step import make_train_step
+    from tfseg.training import losses
+    from tfseg.training.step import make_train_step
 
     keras.utils.set_random_seed(0)
     devices = split_lib.device_names(["CPU:0", "CPU:1"])

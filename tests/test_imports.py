@@ -13,11 +13,14 @@ ROOT = pathlib.Path(tfseg.__file__).parent
 # Lowest first: each package may import only the ones before it. `errors` and `config`
 # import no TensorFlow; `runtime` is what training and evaluation share.
 ORDER = ("errors", "config", "layers", "memory", "models", "data", "split", "runtime", "evaluation",
-         "train", "profile", "plan", "report")
+         "training", "profile", "plan", "report", "api", "cli")
 # Imports inside functions, where they are the point: the profiler's measuring process
-# imports TensorFlow only once it runs (its parent may not have it loaded); tfseg.train
-# loads its loss on first use, so that main.py's lock (tfseg.train.lock) costs no TensorFlow.
-LOCAL_OK = {"profile/measure.py", "train/__init__.py"}
+# imports TensorFlow only once it runs (its parent may not have it loaded); tfseg.training
+# loads its loss on first use, so that the command's lock (tfseg.training.lock) costs no
+# TensorFlow; the Python API and the command import a mode's part when it runs, so that
+# `import tfseg` and --mode=validate import no TensorFlow.
+LOCAL_OK = {"profile/measure.py", "training/__init__.py", "api.py", "cli/modes.py",
+            "cli/main.py", "cli/quiet.py"}
 
 
 def tfseg_imports(path):
@@ -62,7 +65,7 @@ def test_every_package_has_its_place():
 def test_memory_imports_no_models_in_a_fresh_interpreter():
     code = ("import sys, tfseg.memory; "
             "print(sorted(m for m in sys.modules "
-            "if m.startswith(('tfseg.models', 'tfseg.train'))))")
+            "if m.startswith(('tfseg.models', 'tfseg.training'))))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True, timeout=300)
     assert result.stdout.strip() == "[]"

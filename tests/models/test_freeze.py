@@ -10,8 +10,8 @@ from tfseg.config import Config
 from tfseg.layers import InplaceBatchNormalization, InplaceGroupNormalization
 from tfseg.models import deeplab_v3_plus, freeze_norms
 from tfseg.runtime import builders, checkpoints, state as state_lib
-from tfseg.train.losses import PixelLoss
-from tfseg.train.step import make_train_step
+from tfseg.training.losses import PixelLoss
+from tfseg.training.step import make_train_step
 from tests.conftest import TINY
 from tests.layers.twins import train_step as layer_step
 

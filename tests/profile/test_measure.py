@@ -88,7 +88,7 @@ def test_the_saving_survives_xla(monkeypatch):
 def test_the_measured_step_is_the_training_step_of_its_settings(monkeypatch):
     """mixed_float16 trains with a LossScaleOptimizer and decoupled decay lives in
     the optimizer (no L2 term): the measuring process builds the step as
-    `tfseg.train` does, from the same settings."""
+    `tfseg.training` does, from the same settings."""
     monkeypatch.chdir(ROOT)
     config = SMALL.replace(height=32, width=32, batch=1, dtype_policy="mixed_float16",
                            weight_decay_type="decoupled", weight_decay=1e-4, momentum=0.5,

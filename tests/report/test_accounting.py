@@ -8,8 +8,8 @@ import tensorflow as tf
 
 from tfseg.profile.analysis import step_breakdown
 from tfseg.report.compare import entry
-from tfseg.train.losses import PixelLoss
-from tfseg.train.step import make_train_step
+from tfseg.training.losses import PixelLoss
+from tfseg.training.step import make_train_step
 
 CLASSES = 3
 

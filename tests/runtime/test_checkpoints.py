@@ -14,8 +14,8 @@ from tfseg.errors import InputError
 from tfseg.models import deeplab_v3_plus
 from tfseg.runtime import builders, checkpoints, state as state_lib
 from tfseg.config import Config
-from tfseg.train.losses import PixelLoss
-from tfseg.train.step import make_train_step
+from tfseg.training.losses import PixelLoss
+from tfseg.training.step import make_train_step
 
 
 def _model(middle_repeats=1, width=0.25, classes=3):
@@ -46,7 +46,7 @@ def test_the_same_architecture_restores_exactly(saved):
 ])
 def test_another_architecture_is_refused_naming_the_checkpoint(saved, other, expected):
     path, _ = saved
-    message = f"^tfseg: checkpoint {re.escape(path)} does not match"
+    message = f"^checkpoint {re.escape(path)} does not match"
     with pytest.raises(InputError, match=message) as error:
         checkpoints.Checkpoints(_model(**other), "/nonexistent").restore(path)
     assert len(str(error.value).splitlines()) == 1
@@ -184,5 +184,5 @@ def test_a_truncated_checkpoint_is_one_line_naming_it(tmp_path):
     path = run.ckpts.save(1)
     with open(path + ".index", "r+b") as f:
         f.truncate(20)
-    with pytest.raises(InputError, match=f"^tfseg: checkpoint {re.escape(path)} is damaged"):
+    with pytest.raises(InputError, match=f"^checkpoint {re.escape(path)} is damaged"):
         run.ckpts.restore(path)

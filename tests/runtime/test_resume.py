@@ -169,7 +169,7 @@ def test_a_checkpoint_the_system_will_not_read_stops_the_run_without_falling_bac
     index.unlink()
     index.mkdir()
     state = (model_dir / "checkpoint").read_text()
-    with pytest.raises(InputError, match=f"^tfseg: checkpoint file {index} cannot be read: "
+    with pytest.raises(InputError, match=f"^checkpoint file {index} cannot be read: "
                                          f"Is a directory$"):
         _resume(model_dir)
     assert (model_dir / "checkpoint").read_text() == state

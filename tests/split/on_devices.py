@@ -30,8 +30,8 @@ def compare(devices, output_stride, norm, memory_saving):
 
     from tfseg import split
     from tfseg.models import deeplab_v3_plus
-    from tfseg.train.losses import PixelLoss
-    from tfseg.train.step import make_train_step
+    from tfseg.training.losses import PixelLoss
+    from tfseg.training.step import make_train_step
 
     keras.config.set_floatx("float64")
 
@@ -107,8 +107,8 @@ def head(devices):
 
     from tfseg import memory
     from tfseg.models import deeplab_v3_plus
-    from tfseg.train import losses
-    from tfseg.train.step import make_train_step
+    from tfseg.training import losses
+    from tfseg.training.step import make_train_step
 
     keras.config.set_floatx("float64")
     names = list(devices)

@@ -11,7 +11,7 @@ from tests.conftest import TINY
 from tfseg.models import deeplab_v3_plus
 from tfseg.split import parts
 from tfseg.split import plan
-from tfseg.train.losses import PixelLoss
+from tfseg.training.losses import PixelLoss
 
 
 def _brute_force(costs, count):

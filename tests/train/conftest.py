@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from tests import cli
-from tests.cli import MAIN, ROOT, main_env  # noqa: F401 (the tests' one launcher)
+from tests import command as cli
+from tests.command import MAIN, ROOT, main_env  # noqa: F401 (the tests' one launcher)
 
 # A tiny network and small crops: every code path, a few seconds per run on 2 CPU cores.
 # Width 0.25, not 0.125: at 0.125 oneDNN on CPU intermittently corrupts the heap
@@ -112,12 +112,19 @@ def data_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def trained(tmp_path_factory, data_dir):
-    """(data_dir, model_dir) of a tiny model trained for 6 steps."""
+def trained_run(tmp_path_factory, data_dir):
+    """(data_dir, model_dir, the run's CompletedProcess) of a tiny model trained for 6
+    steps."""
     model_dir = str(tmp_path_factory.mktemp("trained"))
-    run_main("--mode=train", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
-             "--train_steps=6", "--checkpoint_every=3", *TINY_FLAGS)
-    return data_dir, model_dir
+    proc = run_main("--mode=train", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+                    "--train_steps=6", "--checkpoint_every=3", *TINY_FLAGS)
+    return data_dir, model_dir, proc
+
+
+@pytest.fixture(scope="session")
+def trained(trained_run):
+    """(data_dir, model_dir) of a tiny model trained for 6 steps."""
+    return trained_run[:2]
 
 
 @pytest.fixture

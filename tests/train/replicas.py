@@ -23,8 +23,8 @@ def train(strategy, norm, images, labels, steps=2):
     """(weights before, weights after, losses) of ``steps`` training steps."""
     from tfseg.runtime import builders
     from tfseg.config import Config
-    from tfseg.train.losses import PixelLoss
-    from tfseg.train.step import make_train_step
+    from tfseg.training.losses import PixelLoss
+    from tfseg.training.step import make_train_step
 
     # The memory-saving model with a recomputed block: its custom gradients are
     # what tf.distribute has not seen before (the stock layers are Keras' own).

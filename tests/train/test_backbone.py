@@ -61,5 +61,5 @@ def test_a_bad_backbone_its_weights_or_an_xception_checkpoint_exit_2_in_one_line
         proc = run_main(*args, *FLAGS, check=False)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
-        assert lines[0].startswith(f"main.py: error: {line}"), lines[0]
+        assert lines[0].startswith(f"tfseg: error: {line}"), lines[0]
     assert not os.path.exists(tmp_path / "run" / "checkpoint")

@@ -56,5 +56,5 @@ def test_a_budget_with_conflicting_flags_is_one_line(data_dir, tmp_path, flags, 
                     "--memory_budget_gb=8", *TINY_FLAGS, *flags, check=False)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
-    assert lines[0].startswith(f"main.py: error: {message}")
+    assert lines[0].startswith(f"tfseg: error: {message}")
     assert not os.path.exists(os.path.join(tmp_path, "config.json"))

@@ -78,10 +78,10 @@ def test_a_truncated_checkpoint_is_refused_by_eval_and_skipped_by_training(run):
     name = re.escape(f"{model_dir}/ckpt-6")
     proc = run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
                     "--checkpoint=ckpt-6", check=False)
-    _one_line(proc, 2, f"main.py: error: tfseg: checkpoint {name} is damaged or unreadable: .+")
+    _one_line(proc, 2, f"tfseg: error: checkpoint {name} is damaged or unreadable: .+")
     proc = _train(data_dir, model_dir)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert re.search(f"warning: tfseg: checkpoint {name} is damaged .*; trying the one before",
+    assert re.search(f"warning: checkpoint {name} is damaged .*; trying the one before",
                      proc.stdout), proc.stdout[-2000:]
     assert f"resumed from {model_dir}/ckpt-3 at step 3" in proc.stdout
     # ckpt-3 as it was; ckpt-6 written again by the run that trained through step 6.
@@ -123,7 +123,7 @@ def test_a_full_disk_during_a_save_is_one_line_and_keeps_the_latest(run, tmp_pat
         limit = {} if mounted else {"preexec_fn": _file_size_limit(1 << 20)}
         proc = _train(data_dir, model_dir, **limit)
         errno = "No space left on device" if mounted else "File too large"
-        _one_line(proc, 2, re.escape(f"main.py: error: --model_dir: could not save checkpoint "
+        _one_line(proc, 2, re.escape(f"tfseg: error: --model_dir: could not save checkpoint "
                                      f"9 in {model_dir} (") + f".*{errno}.*"
                   + re.escape(f"; the latest is still {model_dir}/ckpt-6"))
         # No partial ckpt-9 or ckpt-9_temp left filling the disk; ckpt-3 and ckpt-6 intact.
@@ -159,7 +159,7 @@ def test_an_unreachable_data_service_is_one_line_naming_it(run):
     with socket_without_server() as address:
         proc = _train(data_dir, model_dir, f"--data_service=grpc://{address}",
                       "--data_service_timeout=2")
-    _one_line(proc, 2, re.escape(f"main.py: error: --data_service: no tf.data service "
+    _one_line(proc, 2, re.escape(f"tfseg: error: --data_service: no tf.data service "
                                  f"dispatcher answers at grpc://{address} within 2 s") + ".*")
     assert _fingerprints(model_dir) == before and checkpoint_steps(model_dir) == [3, 6]
 
@@ -194,7 +194,7 @@ def test_missing_label_files_are_skipped_with_skip_bad_examples(trained, tmp_pat
     proc = run_main(*common, check=False)
     image = re.escape(train_label.replace("gtFine_labelIds", "leftImg8bit")
                       .replace("/gtFine/", "/leftImg8bit/"))
-    _one_line(proc, 2, f"main.py: error: .*label file for {image} not found.*")
+    _one_line(proc, 2, f"tfseg: error: .*label file for {image} not found.*")
     proc = run_main(*common, "--skip_bad_examples")
     assert "Traceback" not in proc.stderr
     counts = re.findall(r"tfseg data: (\d+) bad examples skipped", proc.stdout)
@@ -228,7 +228,7 @@ def _kill_when(moment, data_dir, model_dir, log, rng, second=None):
         # A second trainer on the same folder would interleave checkpoints: refused.
         refused = second()
         assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
-            f"main.py: error: --model_dir: {model_dir} is in use by another training run "
+            f"tfseg: error: --model_dir: {model_dir} is in use by another training run "
             f"(pid {proc.pid}); stop it or choose another --model_dir"), refused.stderr
     saved = state.stat().st_mtime_ns if state.exists() else 0
     until, hit = time.time() + (rng.uniform(0, 2) if moment == "random" else 60), False

@@ -14,8 +14,8 @@ import tensorflow as tf
 
 from tfseg import data, models
 from tfseg.evaluation.metrics import SegmentationMetrics
-from tfseg.train import PixelLoss, mean_iou
-from tfseg.train.step import make_train_step
+from tfseg.training import PixelLoss, mean_iou
+from tfseg.training.step import make_train_step
 from tests.train.conftest import ROOT
 
 H, W = 97, 129
@@ -188,7 +188,7 @@ import gc, json, sys
 import keras, numpy as np, tensorflow as tf
 from tfseg import models
 from tfseg.profile.measure import _device
-from tfseg.train import PixelLoss
+from tfseg.training import PixelLoss
 
 keras.utils.set_random_seed(0)
 rng = np.random.default_rng(0)

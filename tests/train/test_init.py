@@ -105,7 +105,7 @@ def test_a_bad_init_checkpoint_is_one_line_naming_it(zoo, data_dir, tmp_path, ca
     proc = run_main("--mode=eval", f"--init_checkpoint={path}", f"--data_dir={data_dir}",
                     f"--model_dir={tmp_path / 'run'}", *FLAGS, *extra, check=False)
     lines = [line for line in proc.stderr.strip().splitlines()
-             if line.startswith("main.py")]
+             if line.startswith("tfseg:")]
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
     assert path in lines[0] and "Traceback" not in proc.stderr
     if case == "conflicting flag":  # --middle_repeats given: it wins, and cannot load

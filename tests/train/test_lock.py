@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tfseg.errors import InputError
-from tfseg.train.lock import ModelDirLock
+from tfseg.training.lock import ModelDirLock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -21,7 +21,7 @@ def _holder(model_dir, hold_seconds):
     code = f"""
 import sys, time
 from tfseg.errors import InputError
-from tfseg.train.lock import ModelDirLock
+from tfseg.training.lock import ModelDirLock
 try:
     with ModelDirLock({str(model_dir)!r}, log=lambda line: None):
         print("held", flush=True)
@@ -69,7 +69,7 @@ def test_two_runs_starting_together_on_a_stale_lock_never_both_win(tmp_path):
 def test_importing_the_lock_imports_no_tensorflow():
     """main.py takes the lock before it builds anything: a second run is refused at once,
     without TensorFlow's seconds of import."""
-    code = "import sys, tfseg.train.lock; assert 'tensorflow' not in sys.modules"
+    code = "import sys, tfseg.training.lock; assert 'tensorflow' not in sys.modules"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]

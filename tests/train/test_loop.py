@@ -19,7 +19,7 @@ from tfseg.runtime import builders, checkpoints
 
 
 def _losses(output):
-    return [float(v) for v in re.findall(r"loss: ([-+0-9.e]+|nan|inf)", output)]
+    return [float(v) for v in re.findall(r"loss ([-+0-9.e]+|nan|inf)", output)]
 
 
 @pytest.mark.slow
@@ -39,7 +39,7 @@ def test_train_then_resume_continues_the_step_count(tmp_path, data_dir):
     # The progress bar's memory peak, labelled with where it comes from: with oneDNN off
     # (tests/conftest.py) the CPU allocator keeps no statistics, so it is this process's
     # resident high-water mark, read during the run.
-    peaks = re.findall(r"(gpu|cpu|rss)_peak_MiB: ([0-9.]+)", first.stdout)
+    peaks = re.findall(r"(gpu|cpu|rss)_peak ([0-9,]+) MiB", first.stdout)
     assert peaks and {label for label, _ in peaks} == {"rss"}, first.stdout[-2000:]
     assert all(rss_before - 1 <= float(value) <= rss_after + 1 for _, value in peaks), \
         (peaks, rss_before, rss_after)

@@ -15,8 +15,8 @@ from tests.train.conftest import TINY_FLAGS, run_main
 from tfseg import memory
 from tfseg.layers import ShardedLogits
 from tfseg.models import deeplab_v3_plus
-from tfseg.train import losses
-from tfseg.train.step import make_train_step
+from tfseg.training import losses
+from tfseg.training.step import make_train_step
 
 CLASS_WEIGHTS = (1.0, 2.0, 0.5, 1.0, 3.0, 1.0, 0.7)
 
@@ -94,5 +94,5 @@ def test_bad_class_shards_and_devices_exit_2_in_one_line(data_dir, tmp_path):
         proc = run_main(*common, *args, check=False)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1, (args, proc.stderr[-2000:])
-        assert lines[0].startswith(f"main.py: error: {line}"), lines[0]
+        assert lines[0].startswith(f"tfseg: error: {line}"), lines[0]
     assert not os.path.exists(tmp_path / "run" / "checkpoint")

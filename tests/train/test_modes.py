@@ -53,7 +53,7 @@ def test_eval_that_cannot_write_prints_its_metrics_then_one_line(trained, tmp_pa
                     f"--checkpoint={model_dir}/ckpt-3", check=False)
     assert proc.returncode == 2 and "mIoU" in proc.stdout, proc.stdout[-2000:]
     assert proc.stderr.strip().splitlines() == [
-        f"main.py: error: --model_dir: evaluated, but could not write {tmp_path}/eval: "
+        f"tfseg: error: --model_dir: evaluated, but could not write {tmp_path}/eval: "
         f"File exists"], proc.stderr[-2000:]
 
 
@@ -65,7 +65,7 @@ def test_eval_of_a_missing_data_dir_exits_2_naming_it(trained, tmp_path):
                     check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("main.py: error:"), proc.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("tfseg: error:"), proc.stderr[-2000:]
     assert "no_such_dir" in lines[0], lines[0]
     assert not (tmp_path / "run" / "eval").exists()
 
@@ -102,7 +102,7 @@ def test_a_checkpoint_of_another_architecture_exits_2_naming_it(trained, tmp_pat
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert lines[0].startswith(f"main.py: error: tfseg: checkpoint {tmp_path}/ckpt-6 does not "
+    assert lines[0].startswith(f"tfseg: error: checkpoint {tmp_path}/ckpt-6 does not "
                                f"match the model")
     assert "entries missing (e.g. weights/middle_unit2_" in lines[0]
 
@@ -118,7 +118,7 @@ def test_a_corrupt_image_exits_2_naming_it(trained_copy, tmp_path, mode, split):
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert lines[0] == f"main.py: error: tfseg: cannot read or decode image file {images[-1]}"
+    assert lines[0] == f"tfseg: error: cannot read or decode image file {images[-1]}"
 
 
 def test_predict_writes_label_and_overlay_pngs_without_the_data_set(trained, tmp_path):

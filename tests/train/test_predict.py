@@ -92,7 +92,7 @@ def test_label_ids_of_a_model_of_other_classes_exits_2_naming_the_flag(trained, 
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert lines[0].startswith("main.py: error: --output_format: label_ids writes Cityscapes "
+    assert lines[0].startswith("tfseg: error: --output_format: label_ids writes Cityscapes "
                                "label ids"), lines[0]
     assert "part0, part1, part2, ... (19)" in lines[0]
     assert not out.exists() or not os.listdir(out)

@@ -86,5 +86,5 @@ def test_bad_model_devices_exit_2_in_one_line(data_dir, tmp_path):
         proc = run_split(count, *common, *args, check=False)
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1, (args, proc.stderr[-2000:])
-        assert lines[0].startswith(f"main.py: error: {line}"), lines[0]
+        assert lines[0].startswith(f"tfseg: error: {line}"), lines[0]
     assert not os.path.exists(tmp_path / "run" / "checkpoint")

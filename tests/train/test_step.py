@@ -13,10 +13,10 @@ import tensorflow as tf
 from tfseg.data import cityscapes, transforms
 from tfseg.errors import NonFiniteLoss
 from tfseg.runtime import builders
-from tfseg.train import loop
+from tfseg.training import loop
 from tfseg.config import Config
-from tfseg.train.losses import PixelLoss
-from tfseg.train.step import make_train_step
+from tfseg.training.losses import PixelLoss
+from tfseg.training.step import make_train_step
 from tests.data.trees import cityscapes_tree
 from tests.train.conftest import TINY_FLAGS, run_main
 
@@ -59,7 +59,7 @@ def test_an_update_the_loss_scale_optimizer_skips_is_not_a_step(mixed_float16):
 
 _PEAK_SCRIPT = """
 import tensorflow as tf
-from tfseg.train import loop
+from tfseg.training import loop
 first = tf.fill([1024, 1024], 1.0)  # 4 MiB: the allocator has something to count
 label, before = loop.memory_peak()
 print(label, before)

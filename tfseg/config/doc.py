@@ -3,7 +3,7 @@
     python -m tfseg.config.doc > docs/cli.md
 
 The page is made from ``SECTIONS`` and each field's metadata (the same source
-main.py defines its flags from), so it cannot drift from the flags without
+the command defines its flags from), so it cannot drift from the flags without
 tests/test_docs.py noticing. No TensorFlow.
 """
 
@@ -16,7 +16,7 @@ from tfseg.config.sections import SECTIONS
 COMMAND = "python -m tfseg.config.doc > docs/cli.md"
 
 
-def _default(value):
+def default_text(value):
     """A default as it would be written on the command line."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -45,13 +45,15 @@ def markdown():
         "",
         f"Generated from `tfseg.config.Config` by `{COMMAND}`: do not edit by hand.",
         "",
-        "Every flag of `python main.py` is a field of one config section, with the default",
-        "and help below. Flags may also come from a file (`--flagfile=flags/NAME.flags`, one",
-        "`--flag=value` a line); a flag given after it wins. `--mode=validate` prints the",
-        "resolved config (what `MODEL_DIR/config.json` saves) without importing TensorFlow;",
-        "`--helpfull` prints the same help. Booleans take `--name` / `--noname`; lists are",
-        "comma-separated (`--crop_size=513,513`). In Python the same names make a config:",
-        "`tfseg.config.Config.from_flat(crop_size=(513, 513), batch_size=2)`.",
+        "Every flag of the `tfseg` command (`python main.py` in a checkout) is a field of one",
+        "config section, with the default and help below. Flags may also come from a file",
+        "(`--flagfile=flags/NAME.flags`, one `--flag=value` a line); a flag given after it wins.",
+        "`--mode=validate` prints the resolved config (what `MODEL_DIR/config.json` saves)",
+        "without importing TensorFlow; `tfseg --help` lists the modes and these flags by",
+        "section; `--verbose` also shows TensorFlow's start-up and INFO lines. Booleans take",
+        "`--name` / `--noname`; lists are comma-separated (`--crop_size=513,513`). In Python",
+        "the same names make a config: `tfseg.Config.from_flat(crop_size=(513, 513),",
+        "batch_size=2)`, or are keyword arguments of `tfseg.train` and `tfseg.evaluate`.",
         "",
     ]
     for section, cls in SECTIONS.items():
@@ -59,7 +61,7 @@ def markdown():
                   "| --- | --- | --- |"]
         for field in dataclasses.fields(cls):
             flag = field.metadata["flag"] or field.name
-            default = _cell(_default(defaults[flag]))
+            default = _cell(default_text(defaults[flag]))
             default = default if default == "(empty)" else f"`{default}`"
             lines.append(f"| `--{flag}` | {default} | {_cell(field.metadata['help'])} |")
         lines.append("")

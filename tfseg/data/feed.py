@@ -69,9 +69,9 @@ def _data_error_message(error):
     text = error.message
     start = text.find(_ASSERT_MARK)
     if start < 0:  # e.g. a file removed after the file list was made
-        return f"tfseg: input pipeline: {text.strip().splitlines()[0]}"
+        return f"input pipeline: {text.strip().splitlines()[0]}"
     body = text[start + len(_ASSERT_MARK):].split("\n", 1)[0].rstrip()
-    return "tfseg: " + (body[:-1] if body.endswith("]") else body)
+    return body[:-1] if body.endswith("]") else body
 
 
 def as_fit_pairs(dataset):

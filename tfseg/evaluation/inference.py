@@ -98,7 +98,7 @@ class Predictor:
         """
         image = tf.convert_to_tensor(image)
         if image.dtype != tf.uint8:
-            raise TypeError(f"tfseg: Predictor takes uint8 RGB images (0-255), "
+            raise TypeError(f"Predictor takes uint8 RGB images (0-255), "
                             f"got {image.dtype.name}")
         return getattr(self, self.config.mode)(normalize(image))
 

@@ -119,7 +119,7 @@ def predict(config, log=print):
         try:
             rgb = np.asarray(Image.open(path).convert("RGB"))
         except OSError as error:
-            raise InputError(f"tfseg: cannot read image {path}: {error}") from None
+            raise InputError(f"cannot read image {path}: {error}") from None
         labels = predictor.classes(rgb[np.newaxis])[0].numpy()  # uint8 in: normalised inside
         for target, pixels in zip(outputs, _outputs(run.output_format, rgb, labels,
                                                     classes.palette)):

@@ -161,7 +161,7 @@ class ShardedLogits(keras.layers.Layer):
 
     It has the conv's variables ("logits/kernel" [1, 1, F, C], "logits/bias" [C], as
     a `Conv2D` named "logits"), so checkpoints load either way; its call returns its
-    input, the features [N, h, w, F], and the loss (`tfseg.train.losses.ShardedPixelLoss`)
+    input, the features [N, h, w, F], and the loss (`tfseg.training.losses.ShardedPixelLoss`)
     and the predictions come from `cross_entropy` and `classes`.
 
     Args:

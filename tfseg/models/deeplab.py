@@ -98,7 +98,7 @@ def deeplab_v3_plus(
       class_shards: > 0: the many-class head for training
         (`tfseg.layers.ShardedLogits`, with the logits conv's variables): the model
         returns the decoder's features [N, H/4, W/4, F] and its loss
-        (`tfseg.train.losses.ShardedPixelLoss`) takes the classes in this many
+        (`tfseg.training.losses.ShardedPixelLoss`) takes the classes in this many
         shards, never holding all classes' full-size logits.
       class_devices: the shards on these devices, at least one each (the split head).
 

@@ -3,9 +3,9 @@
 replays it on a model of TF's executor and allocator: `simulate`, `step_graph`,
 `allocator`).
 
-It sits above `tfseg.train` and `tfseg.memory`: the measured step is the
-training step (`tfseg.train.step.make_train_step` with `tfseg.runtime.builders`'
-optimizer), and nothing in `tfseg.models`, `tfseg.memory` or `tfseg.train`
+It sits above `tfseg.training` and `tfseg.memory`: the measured step is the
+training step (`tfseg.training.step.make_train_step` with `tfseg.runtime.builders`'
+optimizer), and nothing in `tfseg.models`, `tfseg.memory` or `tfseg.training`
 imports it. Its modules are imported by name (`tfseg.profile.measure`), so
 importing the package imports no TensorFlow.
 """

@@ -85,7 +85,7 @@ def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None
 
     Args:
       step_fn: the `tf.function` training step, `step_fn(*args)` (already
-        traced for `args`), e.g. `tfseg.train.step.make_train_step`'s, whose
+        traced for `args`), e.g. `tfseg.training.step.make_train_step`'s, whose
         first output is the loss.
       args: its arguments, tensors or nests of them (`((images, labels),)`);
         the first dimension of each tensor is the batch.

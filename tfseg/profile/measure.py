@@ -8,7 +8,7 @@ The recipe, as `measure_in_process` runs it:
 2. Build, under the run's strategy and dtype policy, the model, the optimizer
    (`tfseg.runtime.builders.optimizer`: momentum SGD on the schedule, decoupled
    decay or a `LossScaleOptimizer` when the settings say so) and the training
-   step itself (`tfseg.train.step.make_train_step`: `PixelLoss`, the L2 term,
+   step itself (`tfseg.training.step.make_train_step`: `PixelLoss`, the L2 term,
    the finite check before the update), exactly as `--mode=train` builds them
    (`tfseg.profile.step` builds it with the loop's own `build_step`); trace it on a fixed
    random batch.

@@ -9,7 +9,7 @@ from tfseg.errors import InputError
 from tfseg.memory import rewrite
 from tfseg.models.xception import DEFAULT_RECOMPUTE
 from tfseg.runtime import builders
-from tfseg.train import loop
+from tfseg.training import loop
 
 VARIANTS = ("stock", "memory_saving", "recompute")
 # Not settings of the run: what is measured, and how.
@@ -140,10 +140,10 @@ def build_model(config, norm=None):
 
 
 def build_step(config):
-    """The training step `config` describes, built by `tfseg.train.loop.build_step`.
+    """The training step `config` describes, built by `tfseg.training.loop.build_step`.
 
     Sets the dtype policy; returns (strategy, model, optimizer, step), where
-    `step(batch)` is `tfseg.train.step.make_train_step`'s distributed step.
+    `step(batch)` is `tfseg.training.step.make_train_step`'s distributed step.
     """
     run = config.run_config()
     strategy = builders.strategy(run)

@@ -2,5 +2,5 @@
 (``builders``), checkpoints by variable path (``state``, ``checkpoints``) and the stop
 request that SIGTERM/SIGINT set (``signals``).
 
-Below ``tfseg.evaluation`` and ``tfseg.train``, which both import it.
+Below ``tfseg.evaluation`` and ``tfseg.training``, which both import it.
 """

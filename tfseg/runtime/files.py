@@ -119,4 +119,4 @@ def load_config(model_dir):
         try:
             return json.load(f)
         except ValueError as error:
-            raise InputError(f"tfseg: {path} is not valid JSON: {error}") from None
+            raise InputError(f"{path} is not valid JSON: {error}") from None

@@ -22,6 +22,8 @@ class StopRequest:
         self._previous = {}
 
     def __enter__(self):
+        if self._previous:  # already in place (main.py enters it before its imports)
+            return self
         for sig in self.SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
         return self
@@ -29,6 +31,7 @@ class StopRequest:
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        self._previous = {}
         return False
 
     def _handle(self, signum, frame):

@@ -82,7 +82,7 @@ class DamagedCheckpoint(InputError):
     """A checkpoint's files read, but do not parse (truncated, overwritten)."""
 
     def __init__(self, path, error):
-        super().__init__(f"tfseg: checkpoint {path} is damaged or unreadable: "
+        super().__init__(f"checkpoint {path} is damaged or unreadable: "
                          f"{str(error).strip().splitlines()[0]}")
         self.path = path
 
@@ -99,7 +99,7 @@ def damaged(path, error):
                 while f.read(1 << 24):
                     pass
         except OSError as os_error:
-            return InputError(f"tfseg: checkpoint file {name} cannot be read: "
+            return InputError(f"checkpoint file {name} cannot be read: "
                               f"{os_error.strerror}")
     return DamagedCheckpoint(path, error)
 
@@ -137,7 +137,7 @@ def check_matches(path, model, state=None):
     ) if names]
     if problems:
         raise InputError(
-            f"tfseg: checkpoint {path} does not match the model {model.name}: "
+            f"checkpoint {path} does not match the model {model.name}: "
             f"{'; '.join(problems)}. Was it trained with other --dataset, --width_multiplier, "
             f"--middle_repeats or --norm, with --freeze_batch_norm (no slots for the norms), "
             f"or by a tfseg before 0.2 (optimizer by position)?")

@@ -1,7 +1,7 @@
 """A network too big for one device: its consecutive parts on several (plain model
 parallelism with TF's own placement), and the planner that chooses the cuts.
 
-Below ``tfseg.train`` (whose step takes the gradients of a placed model on the
+Below ``tfseg.training`` (whose step takes the gradients of a placed model on the
 devices of its layers) and ``tfseg.runtime``; above ``tfseg.memory``.
 """
 

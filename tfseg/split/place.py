@@ -45,7 +45,7 @@ class PlacedModel(keras.Model):
     The variables must already live on their layer's device (`place` moves them).
     Gradients follow the layers only when they are taken with `tf.gradients`, which
     colocates each gradient op with its forward op; `tf.GradientTape` puts them all
-    on the default device (`tfseg.train.step` takes the former for a `PlacedModel`).
+    on the default device (`tfseg.training.step` takes the former for a `PlacedModel`).
     """
 
     def __init__(self, inputs, outputs, placement, name=None):

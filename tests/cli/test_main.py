@@ -1,6 +1,6 @@
 """The command line: flagfiles parse, bad input is one line on stderr and exit code 2.
 
-main.py's ``main`` runs in this process (``tests.cli``); the help text and a signal at
+The command's ``main`` runs in this process (``tests.command``); the help text and a signal at
 start-up need a process of their own."""
 
 import glob
@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from tests import cli
+from tests import command as cli
 from tfseg.config import MODES, Config, flag_table
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = cli.ROOT
 FLAGFILES = sorted(glob.glob(os.path.join(ROOT, "flags", "*.flags")))
 
 
@@ -107,7 +107,7 @@ def test_bad_flags_exit_2_with_one_line(args, names):
     proc = _main(*args)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("main.py: error:"), proc.stderr
+    assert len(lines) == 1 and lines[0].startswith("tfseg: error:"), proc.stderr
     assert names in lines[0]
 
 
@@ -147,22 +147,20 @@ def test_missing_data_dir_exits_2_naming_it(tmp_path):
                  f"--model_dir={tmp_path / 'run'}")
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("main.py: error:"), proc.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("tfseg: error:"), proc.stderr[-2000:]
     assert "no_such_dir" in lines[0], lines[0]
     assert not (tmp_path / "run" / "checkpoint").exists()
 
 
 def test_every_mode_has_a_runner_and_every_setting_a_flag():
-    import main
+    from tfseg.cli import main, modes
 
-    assert tuple(main.MODES) == MODES
+    assert tuple(modes.MODES) == MODES
     # Each field of each section is a flag, under one name, with its help and default.
     for name, (_, field) in flag_table().items():
         assert main.FLAGS[name].help == field.metadata["help"], name
     assert Config.from_flags({name: main.FLAGS[name].default for name in flag_table()}) == \
         Config()
-    help_text = cli.run_process("--helpfull").stdout
-    assert "Data set folder" in help_text and "--eval_crop" in help_text
 
 
 def test_a_signal_at_start_up_of_another_mode_is_not_a_success():
@@ -183,11 +181,15 @@ def test_a_signal_at_start_up_of_another_mode_is_not_a_success():
 
 @pytest.mark.slow
 def test_the_readme_command_in_a_fresh_process(tmp_path):
-    """``python main.py``, the README's first command, end to end as a user runs it: it
-    writes the synthetic set, trains and evaluates (3 steps here, not 1,500)."""
+    """``tfseg``, the installed console script and the README's first command, end to end
+    as a user runs it: it writes the synthetic set, trains and evaluates (3 steps here)."""
+    script = os.path.join(os.path.dirname(sys.executable), "tfseg")
+    assert os.path.exists(script), "no tfseg command: pip install -e . declares it (setup.cfg)"
     data, run = tmp_path / "data", tmp_path / "run"
-    proc = cli.run_process(f"--data_dir={data}", f"--model_dir={run}", "--train_steps=3",
-                           "--warmup_steps=0", "--checkpoint_every=3", timeout=290)
+    proc = subprocess.run([script, f"--data_dir={data}", f"--model_dir={run}",
+                           "--train_steps=3", "--warmup_steps=0", "--checkpoint_every=3"],
+                          capture_output=True, text=True, timeout=290, cwd=tmp_path,
+                          env=cli.main_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "mIoU" in proc.stdout, proc.stdout[-3000:]
     assert len(list(data.glob("leftImg8bit/train/*/*.png"))) == 40

@@ -15,11 +15,10 @@ from tfseg.errors import InputError, NonFiniteLoss
 from tfseg.evaluation.evaluate import PeriodicEval
 from tfseg.runtime import builders, checkpoints, files, init, summaries
 from tfseg.runtime.signals import StopRequest
-from tfseg.train import losses
-from tfseg.train.lock import ModelDirLock
-from tfseg.train.step import make_train_step
-
-PEAK_LABELS = ("gpu_peak_MiB", "cpu_peak_MiB", "rss_peak_MiB")
+from tfseg.training import losses
+from tfseg.training.lock import ModelDirLock
+from tfseg.training.progress import Progress
+from tfseg.training.step import make_train_step
 
 
 def memory_peak():
@@ -65,7 +64,7 @@ class SkippedUpdates:
         self.count += 1
         scale = float(getattr(optimizer, "dynamic_scale", float("nan")))
         if self.count == 1 or self.count % 10 == 0:
-            self.log(f"\nstep {step + 1}: update skipped, non-finite gradients "
+            self.log(f"step {step + 1}: update skipped, non-finite gradients "
                      f"({self.count} in a row; loss scale now {scale:g})")
         if self.count >= self.limit:
             raise NonFiniteLoss(
@@ -201,8 +200,7 @@ def _train(config, strategy, stop, log, record=None):
     evaluate = periodic_eval(config, model, source, ckpts.chief)
     writer = (tf.summary.create_file_writer(os.path.join(run.model_dir, "train"))
               if ckpts.chief else tf.summary.create_noop_writer())
-    progbar = keras.utils.Progbar(optim.train_steps - start, interval=0.0,
-                                  stateful_metrics=["lr", "img/s", *PEAK_LABELS])
+    progress = Progress(optim.train_steps, start)
     window_start, window_steps = time.perf_counter(), 0
     saved_at = start if restored else None  # the step whose checkpoint is on disk
     skipped = SkippedUpdates(run.max_skipped_updates, log)
@@ -232,10 +230,7 @@ def _train(config, strategy, stop, log, record=None):
                 seconds = time.perf_counter() - window_start
                 images_per_s = window_steps * accum * config.data.batch_size / max(seconds, 1e-9)
                 lr = float(optimizer.learning_rate)  # the schedule's value now
-                peak_label, peak = memory_peak()
-                progbar.update(current - start, [
-                    ("loss", loss), ("lr", float(f"{lr:.3g}")),
-                    ("img/s", round(images_per_s, 1)), (peak_label, round(peak))])
+                progress.update(current, loss, lr, images_per_s, memory_peak())
                 tf.summary.scalar("loss", loss, step=current)
                 tf.summary.scalar("learning_rate", lr, step=current)
                 tf.summary.scalar("images_per_second", images_per_s, step=current)
@@ -253,7 +248,7 @@ def _train(config, strategy, stop, log, record=None):
             if advanced and evaluate and current % run.eval_every == 0:
                 eval_start = time.perf_counter()
                 metrics = evaluate(current)
-                log(f"\nstep {current}: {config.data.eval_split} mIoU {metrics['miou']:.4f} "
+                log(f"step {current}: {config.data.eval_split} mIoU {metrics['miou']:.4f} "
                     f"(whole image, {metrics['images']} images, {metrics['seconds']:.1f} s)")
                 # images/s counts training only: the window skips the evaluation.
                 window_start += time.perf_counter() - eval_start
@@ -262,7 +257,7 @@ def _train(config, strategy, stop, log, record=None):
                 result["checkpoint"], saved_at = ckpts.save(current), current
             if stop:
                 result["stopped_by"] = stop.signal
-                log(f"\n{stop.signal}: saved {result['checkpoint']} at step {current}; "
+                log(f"{stop.signal}: saved {result['checkpoint']} at step {current}; "
                     f"run again to resume")
                 break
     writer.flush()

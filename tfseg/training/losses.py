@@ -12,7 +12,7 @@ from tfseg.layers import ShardedLogits
 class PixelLoss(keras.losses.Loss):
     """Cross-entropy over labelled pixels, weighted by class, normalised over the *global* batch.
 
-    The loss of tfseg's training step (``tfseg.train.step.make_train_step``) and, as a
+    The loss of tfseg's training step (``tfseg.training.step.make_train_step``) and, as a
     ``keras.losses.Loss``, of ``model.compile(loss=PixelLoss(...))``: the same object
     and the same maths on either path. It returns ``sum(weight * ce) / sum(weight)``,
     where ``ce`` is the softmax cross-entropy of each pixel's logits and ``weight`` is 0
@@ -158,9 +158,9 @@ def _require_same_size(labels, logits):
     """(labels, logits), refused when their sizes differ; where the sizes are known only
     when it runs, the two come out of the check, so nothing reads them before it."""
     if labels.shape.rank != 3 or logits.shape.rank != 4:
-        raise ValueError(f"tfseg.train.PixelLoss: wants labels [N, H, W] or [N, H, W, 1] and "
+        raise ValueError(f"tfseg.training.PixelLoss: wants labels [N, H, W] or [N, H, W, 1] and "
                          f"logits [N, H, W, C], got {labels.shape} and {logits.shape}")
-    message = ("tfseg.train.PixelLoss: the logits are not at the size of the labels; resize "
+    message = ("tfseg.training.PixelLoss: the logits are not at the size of the labels; resize "
                "them to it in the model (tfseg's step never resizes logits in the loss)")
     if not labels.shape.is_compatible_with(logits.shape[:-1]):
         raise ValueError(f"{message}: logits {logits.shape}, labels {labels.shape}")

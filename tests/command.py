@@ -1,4 +1,4 @@
-"""main.py's ``main`` called in this process, as a fresh process would run it.
+"""The command's ``main`` (tfseg.cli.main) called in this process, as a fresh process would run it.
 
 A run in a fresh process costs TensorFlow's import and a cold first trace (~33 s for a
 tiny training run on 2 cores, ~14 s in a warm process). Tests that check an exit code,
@@ -55,7 +55,7 @@ def run(*args):
     import keras
     from absl.testing import flagsaver
 
-    import main
+    from tfseg.cli import main
 
     stdout, stderr = io.StringIO(), io.StringIO()
     sys.stdout.flush()

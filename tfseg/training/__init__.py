@@ -1,11 +1,11 @@
 """tfseg training: the distributed step, the training loop, the model-folder lock.
 
-Entry point: ``tfseg.train.loop.train(Config(...))``; main.py is the command line.
+Entry point: ``tfseg.training.loop.train(Config(...))``; main.py is the command line.
 What training shares with evaluation (builders, checkpoints, signals) is ``tfseg.runtime``.
 For ``model.compile`` + ``model.fit``: ``PixelLoss`` (the step's own loss) and
 ``mean_iou(num_classes)`` (Keras' ``MeanIoU`` on logits).
 
-``PixelLoss`` and ``mean_iou`` load on first use: importing ``tfseg.train.lock`` (which
+``PixelLoss`` and ``mean_iou`` load on first use: importing ``tfseg.training.lock`` (which
 main.py takes before building anything) must not pay for TensorFlow.
 """
 
@@ -14,6 +14,6 @@ __all__ = ["PixelLoss", "mean_iou"]
 
 def __getattr__(name):
     if name in __all__:
-        from tfseg.train import losses
+        from tfseg.training import losses
         return getattr(losses, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,101 @@
+"""tfseg in Python: ``train``, ``evaluate``, ``predict`` and ``export``, each the same as
+the command's ``--mode`` of that name, taking a ``Config`` and keyword overrides.
+
+The overrides are the flags' names (``docs/cli.md``), so what works on the command line
+works here: ``tfseg.train(dataset="cityscapes", data_dir="data/cityscapes",
+memory_saving=True)`` is ``tfseg --mode=train --dataset=cityscapes ...``.
+
+Example:
+    import tfseg
+    result = tfseg.train(train_steps=20, model_dir="runs/try")   # the synthetic default
+    print(tfseg.evaluate(model_dir="runs/try")["miou"])
+"""
+
+from tfseg.config import Config
+
+
+def config_of(config=None, **overrides):
+    """``config`` (default: the defaults) with the settings of ``overrides`` (flag names)
+    replaced. Raises ``tfseg.errors.InputError`` naming a bad setting."""
+    config = config or Config()
+    return config.replace(**overrides) if overrides else config
+
+
+def fit_budget(config, log=print):
+    """``config`` with the fastest settings that fit ``--memory_budget_gb`` on this
+    machine's devices, and the record of the choice (kept in config.json)."""
+    import tensorflow as tf
+
+    from tfseg import plan
+    from tfseg.evaluation.loading import num_classes
+    from tfseg.runtime import files
+
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    # MirroredStrategy() takes every GPU, else the CPU: one replica each
+    config, choice = plan.plan_run(config, num_classes(config), gpus > 0,
+                                   saved=files.load_config(config.run.model_dir),
+                                   replicas=max(1, gpus))
+    log(choice.line())
+    return config, {"memory_plan": choice.to_dict()}
+
+
+def train(config=None, *, stop=None, log=print, **overrides):
+    """Trains ``config`` (resuming from its ``model_dir``) and returns a dict: "step"
+    (None if stopped before training began), "loss", "stopped_by", "checkpoint".
+
+    Args:
+      config: a ``tfseg.Config`` (default: the synthetic default run).
+      stop: a ``tfseg.runtime.signals.StopRequest`` the caller entered, to stop cleanly
+        on SIGTERM/SIGINT (default: one of the run's own).
+      log: where messages go.
+      **overrides: settings by flag name (``train_steps=100``, ``memory_saving=True``).
+
+    Example:
+        tfseg.train(train_steps=20, model_dir="runs/try")
+    """
+    from tfseg.training import loop
+
+    config, record = config_of(config, **overrides), None
+    # Split across devices, the budget is each device's: the split's own planner checks it.
+    if config.run.memory_budget_gb and not config.run.model_devices:
+        config, record = fit_budget(config, log)
+        if stop:
+            return dict(step=None, loss=None, stopped_by=stop.signal, checkpoint=None)
+    return loop.train(config, log=log, stop=stop, record=record)
+
+
+def evaluate(config=None, *, stop=None, log=print, **overrides):
+    """mIoU of the latest checkpoint of ``model_dir`` (or ``checkpoint=``) on the eval
+    split: the dict written to ``MODEL_DIR/eval/eval.json`` ("miou", "per_class_iou",
+    "pixel_accuracy", ...), or None if ``stop`` ended it early.
+
+    Example:
+        tfseg.evaluate(model_dir="runs/try")["miou"]
+    """
+    from tfseg.evaluation import evaluate as evaluation
+
+    return evaluation.evaluate(config_of(config, **overrides), log=log, stop=stop)
+
+
+def predict(config=None, *, log=print, **overrides):
+    """Class maps of ``input_path`` (an image or a folder) written to ``output_dir``;
+    returns the paths written.
+
+    Example:
+        tfseg.predict(model_dir="runs/try", input_path="photo.png", output_dir="out")
+    """
+    from tfseg.evaluation import predict as prediction
+
+    return prediction.predict(config_of(config, **overrides), log=log)
+
+
+def export(config=None, *, log=print, **overrides):
+    """A SavedModel and a ``model.keras`` (uint8 RGB in, int32 classes out) of the latest
+    checkpoint, in ``export_dir``; returns that folder.
+
+    Example:
+        tfseg.export(model_dir="runs/try", export_dir="runs/try/export")
+    """
+    from tfseg.evaluation import export as exporting
+
+    return exporting.export(config_of(config, **overrides), log=log)

@@ -1,0 +1,122 @@
+"""The ``tfseg`` command (and ``python main.py``): flags in, one ``Config``, one mode run.
+
+Flags are defined and read here only. Each is a field of ``tfseg.config.Config``
+(name, default, help), and they become one frozen ``Config``, which is all the
+library sees. Errors in what the user gave (flags, files, checkpoints) are one line
+on stderr and exit code 2; a loss that stops being finite is exit code 3.
+
+Example:
+    tfseg                                  # train the synthetic default, then evaluate it
+    tfseg --mode=eval --model_dir=runs/synthetic
+    tfseg --flagfile=flags/cityscapes_xception65_os16_fullres.flags
+"""
+
+import os
+import sys
+
+from absl import app, flags
+
+# None of these imports TensorFlow: --mode=validate and --help run without it.
+from tfseg.cli import modes, quiet, usage
+from tfseg.config import Config, flag_table
+from tfseg.config.names import BUILTIN_BACKBONE
+from tfseg.errors import InputError, NonFiniteLoss
+
+PROG = "tfseg"
+HELP = ("--help", "-h", "--helpfull", "--helpshort", "-?")
+
+
+def define_flags():
+    """One flag per setting of ``tfseg.config.Config``: name, default, help and list shape
+    are the field's; plus --verbose, which is the command's own."""
+    defaults = Config().flat()
+    define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
+              str: flags.DEFINE_string}
+    for name, (_, field) in flag_table().items():
+        default, help_ = defaults[name], field.metadata["help"]
+        if field.metadata["items"]:
+            flags.DEFINE_list(name, [str(v) for v in default], help_)
+        else:
+            define[type(default)](name, default, help_)
+    flags.DEFINE_bool("verbose", False, "Also print TensorFlow's start-up and INFO lines.")
+
+
+define_flags()
+FLAGS = flags.FLAGS
+
+
+def config_from_flags():
+    """The one place where flags become a ``Config``."""
+    config = Config.from_flags({name: FLAGS[name].value for name in flag_table()})
+    if config.run.mode != "validate":
+        quiet.import_tensorflow(FLAGS.verbose)
+    if config.run.init_checkpoint and config.run.mode not in ("validate", "convert"):
+        from tfseg.runtime import init
+
+        # Before adapt, which would take the checkpoint's Xception-65 settings.
+        backbone, path = config.model.backbone, config.run.init_checkpoint
+        if backbone != BUILTIN_BACKBONE and init.resolve(path)[1] == init.RESEARCH_DEEPLAB:
+            raise InputError(f"--init_checkpoint: {path} is a research/deeplab xception_65 "
+                             f"checkpoint, for --backbone={BUILTIN_BACKBONE}; --backbone="
+                             f"{backbone} starts from --backbone_weights")
+        # What the checkpoint implies (width, middle units, conventions) for every
+        # setting that no flag or flagfile gave.
+        given = {name for name in flag_table() if FLAGS[name].present}
+        config = init.adapt(config, given)
+    return config
+
+
+def error_line(message):
+    """``tfseg: error: MESSAGE``, one line: absl's own "ERROR::" prefix dropped."""
+    first = str(message).splitlines()[0] if str(message) else "error"
+    return f"{PROG}: error: {first.removeprefix('ERROR:: ')}"
+
+
+def usage_error(message):
+    print(error_line(message), file=sys.stderr)
+    sys.exit(2)
+
+
+def parse_flags(argv):
+    """absl parsing, but --help is the grouped help (exit 0) and a bad flag is one line
+    on stderr and exit code 2."""
+    if any(arg.split("=")[0] in HELP for arg in argv[1:]):
+        sys.stdout.write(usage.text())
+        sys.exit(0)
+    try:
+        return FLAGS(argv)
+    except flags.Error as error:
+        usage_error(error)
+
+
+def main(argv):
+    from absl import logging
+
+    # TF's checkpoint INFO lines would drown the progress lines.
+    logging.set_verbosity(logging.INFO if FLAGS.verbose else logging.WARNING)
+    if len(argv) > 1:
+        usage_error(f"unexpected arguments: {' '.join(argv[1:])}")
+    try:
+        config = config_from_flags()
+        if config.run.mode not in modes.STOPPABLE:
+            modes.exit_if_stopped(finished=False)  # a signal during start-up
+            modes.STOP.__exit__()  # Python's default handling from here on
+        modes.MODES[config.run.mode](config)
+        return 0
+    except BrokenPipeError:
+        # The reader of stdout went away (``tfseg --mode=validate | head``): nothing to say.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (InputError, OSError) as error:
+        # Bad flags, files or checkpoints: one line that names them. Any other
+        # exception is a bug and keeps its traceback.
+        usage_error(error if str(error) else type(error).__name__)
+    except NonFiniteLoss as error:
+        print(error_line(error), file=sys.stderr)
+        return 3
+
+
+def run():
+    """The console script's entry point: ``tfseg [flags]``."""
+    modes.STOP.__enter__()  # for the whole process: there is nothing to restore at its end
+    app.run(main, flags_parser=parse_flags)

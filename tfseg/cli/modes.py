@@ -1,0 +1,141 @@
+"""What each ``--mode`` does with the config: one function per mode, in ``MODES``.
+
+A mode is a function of the one frozen ``Config`` (the library never reads flags),
+registered with ``@mode``. Each imports TensorFlow's side of tfseg when it runs:
+``--mode=validate`` imports none of it. To add a mode, see CONTRIBUTING.md.
+
+Example:
+    from tfseg.cli import modes
+    from tfseg.config import Config
+    modes.MODES["validate"](Config())   # prints the config as JSON
+"""
+
+import os
+import signal
+import sys
+
+from tfseg import api
+from tfseg.config.names import BUILTIN_BACKBONE, RECOMPUTE_HEAD
+from tfseg.runtime.signals import StopRequest
+
+# SIGTERM/SIGINT are caught from the first moment of a run (``tfseg.cli.main.run``
+# enters it before TensorFlow's import): a signal in any phase ends the run cleanly,
+# after what there was to save is saved (``exit_if_stopped``).
+STOP = StopRequest()
+# The modes that honour STOP between steps; the others end at once on a signal, as usual.
+STOPPABLE = ("train_and_eval", "train", "eval")
+MODES = {}
+
+
+def _print(message):
+    print(message, flush=True)
+
+
+def mode(name):
+    """Registers ``function(config)`` as ``--mode=name``."""
+    def register(function):
+        MODES[name] = function
+        return function
+    return register
+
+
+def exit_if_stopped(finished=True):
+    """After a signal, exit now: with 0 when what the run had to keep is kept (training
+    saved), else with the shell's 128 + the signal's number (nothing was done)."""
+    if STOP:
+        # Saved, logged and unlocked: exit now. A normal exit would first wind down the
+        # input pipeline's threads and TF's runtime, which can outlast a cluster manager's
+        # grace period before SIGKILL (~30 s).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0 if finished else 128 + signal.Signals[STOP.signal].value)
+
+
+@mode("train_and_eval")
+def run_train_and_eval(config):
+    run_train(config)  # exits at once if stopped: no evaluation then
+    run_eval(config)
+
+
+@mode("train")
+def run_train(config):
+    result = api.train(config, stop=STOP, log=_print)
+    # Stopped while choosing settings for --memory_budget_gb: nothing was trained.
+    exit_if_stopped(finished=result["step"] is not None)
+
+
+@mode("eval")
+def run_eval(config):
+    api.evaluate(config, stop=STOP, log=_print)
+    # A stopped evaluation wrote nothing: not a success for --mode=eval. In
+    # train_and_eval the training before it is saved, which is what a stop keeps.
+    exit_if_stopped(finished=config.run.mode == "train_and_eval")
+
+
+@mode("predict")
+def run_predict(config):
+    api.predict(config, log=_print)
+
+
+@mode("export")
+def run_export(config):
+    api.export(config, log=_print)
+
+
+@mode("report")
+def run_report(config):
+    """Stock vs memory-saving vs recompute, measured side by side for the training
+    step these flags describe (crop size, batch, model, dtype, strategy, optimizer,
+    weight decay, class weights, jit)."""
+    from tfseg import report
+    from tfseg.evaluation.loading import num_classes
+    from tfseg.profile.step import StepConfig
+
+    step = StepConfig(run=config, num_classes=num_classes(config), timed_steps=1)
+    run = config.run
+    out_dir = run.report_dir or os.path.join(run.model_dir, "report")
+    result = report.run(
+        report.ReportConfig(
+            step=step,
+            variants=run.report_variants,
+            repeats=run.report_repeats,
+            memory_budget_gb=run.memory_budget_gb or None,
+            frontier=True,
+            device_overhead_gb=run.device_overhead_gb,
+            # Another backbone has only the head's segments (None: Xception-65's default).
+            recompute_blocks=config.model.recompute or (
+                None if config.model.backbone == BUILTIN_BACKBONE else RECOMPUTE_HEAD),
+            verify_plan=run.report_verify_seconds > 0,
+            max_verify_seconds=run.report_verify_seconds,
+            out_dir=out_dir,
+        )
+    )
+    print(report.render.table(result))
+    print(f"wrote {out_dir}/report.json, report.md, parts.png")
+
+
+@mode("convert")
+def run_convert(config):
+    """Writes the train and eval splits as sharded TFRecords (labels already train
+    ids); train from them with --dataset=tfrecord --data_dir=THAT_DIR."""
+    from tfseg import data
+    from tfseg.runtime import builders
+
+    run = config.run
+    out_dir = run.tfrecord_dir or os.path.join(config.data.root, "tfrecords")
+    for training in (True, False):
+        source = builders.source(config, training)
+        split = config.data.train_split if training else config.data.eval_split
+        shards = data.write_tfrecords(source, out_dir, split, run.tfrecord_shards,
+                                      run.tfrecord_raw, config.data.skip_bad_examples)
+        # Counted here, once: training from the shards sees train ids only.
+        counts = data.tfrecords.read_metadata(out_dir, split)["conversion_stats"]
+        print(f"{split}: {len(source.pairs)} pairs -> {len(shards)} shards in {out_dir} "
+              f"({counts['bad_examples']} bad pairs skipped, {counts['unknown_label_pixels']} "
+              f"unknown label pixels mapped to 255)")
+
+
+@mode("validate")
+def run_validate(config):
+    """Prints the config that the flags (and flagfiles) make; no TensorFlow."""
+    print(config.to_json())
