@@ -1,0 +1,52 @@
+"""``import tfseg``: instant, no TensorFlow, the front-door names, and enough to load a
+``model.keras`` that tfseg wrote (in a fresh process, as a user's script would)."""
+
+import subprocess
+import sys
+
+import numpy as np
+
+import tfseg
+from tests import command
+
+
+def _python(code, timeout=120):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=command.main_env(), timeout=timeout)
+
+
+def test_import_tfseg_imports_no_tensorflow_and_lists_the_front_door():
+    proc = _python("import sys, tfseg; print(sorted(tfseg.__all__)); "
+                   "print('tensorflow' in sys.modules or 'keras' in sys.modules)")
+    names, loaded = proc.stdout.splitlines()
+    assert loaded == "False", proc.stderr
+    for name in ("Config", "deeplab_v3_plus", "from_research_deeplab", "rewrite", "train",
+                 "evaluate", "predict", "export"):
+        assert name in names and callable(getattr(tfseg, name)), name
+
+
+def test_train_stays_the_function_when_the_training_package_is_loaded():
+    import tfseg.training.loop  # noqa: F401  (sets tfseg.training, never tfseg.train)
+
+    assert tfseg.train.__module__ == "tfseg.api"
+
+
+def test_a_saved_model_keras_loads_after_import_tfseg_alone(tmp_path):
+    """tfseg's layers (ResizeLike, the twins) are in the saved model; Keras finds them
+    once ``import tfseg`` has run, whichever of tfseg and keras is imported first."""
+    model = tfseg.deeplab_v3_plus(3, width_multiplier=0.125, middle_repeats=1,
+                                  memory_saving=True)
+    path = str(tmp_path / "model.keras")
+    model.save(path)
+    image = np.random.default_rng(0).uniform(-1, 1, (1, 33, 49, 3)).astype("float32")
+    np.save(tmp_path / "image.npy", image)
+    np.save(tmp_path / "logits.npy", model.predict(image, verbose=0))
+    # tfseg first, keras after: Keras is not there yet when tfseg registers (the other
+    # order is this suite's own, where conftest imports keras first).
+    proc = _python(
+        f"import tfseg, keras, numpy as np\n"
+        f"model = keras.models.load_model({path!r})\n"
+        f"got = model.predict(np.load({str(tmp_path / 'image.npy')!r}), verbose=0)\n"
+        f"print(float(np.abs(got - np.load({str(tmp_path / 'logits.npy')!r})).max()))\n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert float(proc.stdout.split()[-1]) < 1e-5, proc.stdout
