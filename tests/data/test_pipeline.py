@@ -95,12 +95,13 @@ def test_build_dataset_with_stats_counts_unknown_label_ids(tmp_path, training):
     config = _config(str(tmp_path), crop_size=(8, 8), batch_size=1)
     dataset, stats = build_dataset_with_stats(config, training, epochs=1)
     assert stats.as_dict()["unknown_label_pixels"] == 0  # counted as the data is read
+    assert stats.summary("train") is None  # nothing to say yet
     assert len(list(dataset)) == 3
     # 40 and 200 sit at cycle positions 34 and 35 of 36: 5 pixels each per image,
     # counted on the whole stored label even when training reads only a crop.
     assert stats.as_dict() == dict(bad_examples=0, unknown_label_pixels=3 * 10,
                                    unknown_label_examples=3)
-    assert "unknown ids" in stats.summary()
+    assert "unknown ids" in stats.summary("train")
 
 
 # Where batches land, read in one fresh process with two logical CPUs (fixed when TF

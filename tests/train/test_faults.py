@@ -197,7 +197,7 @@ def test_missing_label_files_are_skipped_with_skip_bad_examples(trained, tmp_pat
     _one_line(proc, 2, f"tfseg: error: .*label file for {image} not found.*")
     proc = run_main(*common, "--skip_bad_examples")
     assert "Traceback" not in proc.stderr
-    counts = re.findall(r"tfseg data: (\d+) bad examples skipped", proc.stdout)
+    counts = re.findall(r"(?:train|val) data: (\d+) bad examples skipped", proc.stdout)
     # Training's (each time the input reaches the pair: it reads ahead, over epochs), then
     # evaluation's: the one val pair.
     assert len(counts) == 2 and int(counts[0]) >= 1 and counts[1] == "1", proc.stdout[-3000:]

@@ -45,7 +45,11 @@ def test_matches_numpy_with_ignore_pixels_and_absent_classes(tmp_path):
     rows = (tmp_path / "confusion.csv").read_text().splitlines()
     assert rows[0].split(",")[1:] == [f"c{i}" for i in range(num_classes)]
     assert [int(v) for v in rows[1].split(",")[1:]] == list(confusion[0])
-    assert metrics.table()[-2].split() == ["mIoU", f"{miou:.4f}"]
+    table = metrics.table()
+    assert table[-3].split() == ["mIoU", f"{miou:.4f}"]
+    # c6 has no IoU: the table says why, and over how many classes the mean is.
+    assert table[-1] == (f"-: 1 of {num_classes} classes are neither in the labels nor "
+                         f"predicted; the mIoU is the mean over the other {num_classes - 1}")
 
 
 def test_perfect_and_empty():

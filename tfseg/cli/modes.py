@@ -55,6 +55,20 @@ def exit_if_stopped(finished=True):
 def run_train_and_eval(config):
     run_train(config)  # exits at once if stopped: no evaluation then
     run_eval(config)
+    _print(next_steps(config))
+
+
+def next_steps(config):
+    """What to try after a trained and evaluated run: each command reads the run's
+    config.json, so --model_dir is all they need."""
+    run = f" --model_dir={config.run.model_dir}"
+    return "\n".join([
+        "next:",
+        f"  tfseg --mode=predict{run} --input_path=IMAGE_OR_FOLDER   # class maps, overlays",
+        f"  tfseg --mode=export{run}    # SavedModel and model.keras in "
+        f"{os.path.join(config.run.model_dir, 'export')}",
+        f"  tensorboard --logdir={config.run.model_dir}    # loss, learning rate, samples",
+        "  tfseg --help    # every mode and flag; train on your data: README.md"])
 
 
 @mode("train")
@@ -105,7 +119,7 @@ def run_report(config):
             # Another backbone has only the head's segments (None: Xception-65's default).
             recompute_blocks=config.model.recompute or (
                 None if config.model.backbone == BUILTIN_BACKBONE else RECOMPUTE_HEAD),
-            verify_plan=run.report_verify_seconds > 0,
+            verify_sizes=run.report_verify_seconds > 0,
             max_verify_seconds=run.report_verify_seconds,
             out_dir=out_dir,
         )

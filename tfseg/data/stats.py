@@ -48,9 +48,12 @@ class DataStats:
         return {name: int(getattr(self, name).numpy()) for name in
                 ("bad_examples", "unknown_label_pixels", "unknown_label_examples")}
 
-    def summary(self):
-        """The counts as one log line."""
+    def summary(self, split):
+        """The counts as one log line naming ``split``, or None when all are 0 (nothing
+        was skipped or mapped: nothing to say)."""
         counts = self.as_dict()
-        return (f"tfseg data: {counts['bad_examples']} bad examples skipped, "
-                f"{counts['unknown_label_pixels']} label pixels with unknown ids (mapped to 255) "
-                f"in {counts['unknown_label_examples']} examples")
+        if not any(counts.values()):
+            return None
+        return (f"{split} data: {counts['bad_examples']:,} bad examples skipped, "
+                f"{counts['unknown_label_pixels']:,} label pixels with unknown ids (mapped to "
+                f"255, ignored) in {counts['unknown_label_examples']:,} examples")

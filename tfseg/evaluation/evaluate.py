@@ -112,8 +112,8 @@ def evaluate(config, log=print, stop=None):
     # The numbers first: a folder that cannot be written must not cost them.
     for line in metrics.table():
         log(line)
-    if data_stats is not None:
-        log(data_stats.summary())
+    if data_stats is not None and data_stats.summary(config.data.eval_split):
+        log(data_stats.summary(config.data.eval_split))
     out_dir = os.path.join(config.run.model_dir, EVAL_SUBDIR)
     try:
         os.makedirs(out_dir, exist_ok=True)

@@ -69,6 +69,13 @@ class SegmentationMetrics:
             lines.append(f"{name:<{width}}  {'-' if iou is None else f'{iou:.4f}'}")
         lines.append(f"{'mIoU':<{width}}  {result['miou']:.4f}")
         lines.append(f"{'pixel acc.':<{width}}  {result['pixel_accuracy']:.4f}")
+        absent = sum(iou is None for iou in result["per_class_iou"].values())
+        if absent:
+            # A class with no pixels on either side has no IoU; averaging it as 0 would
+            # punish a data set for the classes it does not have.
+            lines.append(f"-: {absent} of {len(self.class_names)} classes are neither in the "
+                         f"labels nor predicted; the mIoU is the mean over the other "
+                         f"{len(self.class_names) - absent}")
         return lines
 
     def write_confusion_csv(self, path):

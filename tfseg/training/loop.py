@@ -135,7 +135,7 @@ def train(config, log=print, stop=None, record=None):
       "checkpoint" (the last saved path).
 
     ``record``: more entries for the run's config.json (e.g. the memory plan that
-    chose the model's variant, ``tfseg.plan.Choice.to_dict``).
+    chose the model's variant, ``tfseg.budget.Choice.to_dict``).
 
     Raises:
       NonFiniteLoss: the loss was NaN/Inf, or too many updates in a row were skipped
@@ -178,6 +178,10 @@ def _train(config, strategy, stop, log, record=None):
         + (f"resumed from {restored} at step {start}" if restored else
            f"from the weights of {run.init_checkpoint}" if run.init_checkpoint else
            "from scratch"))
+    if ckpts.chief:
+        log(f"{optim.train_steps:,} steps of batch {config.data.batch_size} at "
+            f"{'x'.join(map(str, config.data.crop_size))}; checkpoints every "
+            f"{run.checkpoint_every} steps, config.json and TensorBoard logs in {run.model_dir}")
     if ckpts.chief:
         # Class names and palette too: predict and export then need no data set.
         files.save_config(config, run.model_dir, class_names=list(source.class_names),
@@ -261,6 +265,6 @@ def _train(config, strategy, stop, log, record=None):
                     f"run again to resume")
                 break
     writer.flush()
-    if data_stats is not None:
-        log(data_stats.summary())
+    if data_stats is not None and data_stats.summary(config.data.train_split):
+        log(data_stats.summary(config.data.train_split))
     return result
