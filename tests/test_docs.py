@@ -60,3 +60,20 @@ def test_readme_is_short():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 200, (f"README.md has {len(lines)} lines (at most 200): move detail "
                                f"to a page under docs/")
+
+
+@pytest.mark.slow
+def test_the_readme_python_snippets_run(tmp_path, monkeypatch):
+    """The README's Python blocks, in order, as a user would paste them (training 2 steps
+    instead of 300): train, evaluate, export, build, rewrite, load the export."""
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) == 3 and "train_steps=300" in blocks[0]
+    code = "\n".join(blocks).replace("train_steps=300", "train_steps=2, warmup_steps=0")
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["lean"].count_params() == 3_538_984  # MobileNetV2's, kept by the rewrite
+    assert namespace["model"].name == "deeplab_v3_plus"  # the export, loaded
+    assert (tmp_path / "runs/python/export/model.keras").exists()
+    assert len(list((tmp_path / "data/synthetic").rglob("*.png"))) > 0

@@ -192,6 +192,9 @@ def test_the_readme_command_in_a_fresh_process(tmp_path):
                           env=cli.main_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "mIoU" in proc.stdout, proc.stdout[-3000:]
+    # It says where it writes and what to do next, and prints no TensorFlow start-up line.
+    assert f"TensorBoard logs in {run}" in proc.stdout and "\nnext:\n" in proc.stdout
+    assert "oneDNN" not in proc.stderr, proc.stderr[-2000:]
     assert len(list(data.glob("leftImg8bit/train/*/*.png"))) == 40
     result = json.loads((run / "eval" / "eval.json").read_text())
     assert result["step"] == 3 and result["images"] == 10 and 0 <= result["miou"] <= 1
