@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from tfseg.config import SECTIONS, Config, Data, Model, flag_table
+from tfseg.config import DATASETS, SECTIONS, Config, Data, Model, flag_table
+from tfseg.config.names import BACKBONES
 from tfseg.errors import InputError
 
 
@@ -23,6 +24,21 @@ from tfseg.errors import InputError
 def test_bad_values_name_their_flag(flag, value):
     with pytest.raises(InputError, match=f"^--{flag}: "):
         Config.from_flat(**{flag: value})
+
+
+@pytest.mark.parametrize("flag,value,names,close", [
+    ("dataset", "cityscape", DATASETS, "cityscapes"), ("backbone", "resnet5", BACKBONES,
+                                                       "resnet50")])
+def test_an_unknown_data_set_or_backbone_is_one_line_listing_the_registered_ones(
+        flag, value, names, close):
+    """Both lists are ``tfseg.config.registry``'s, the ones the readers and backbones are
+    checked against (tests/data/test_registry.py, tests/models/test_applications.py)."""
+    with pytest.raises(InputError) as error:
+        Config.from_flat(**{flag: value})
+    assert str(error.value) == (f"--{flag}: must be one of {', '.join(names)}, got {value!r} "
+                                f"(did you mean {close}?)")
+    help_ = flag_table()[flag][1].metadata["help"]
+    assert all(name in help_ for name in names)
 
 
 def test_cross_section_rules_name_a_flag():

@@ -11,7 +11,8 @@ import pytest
 
 from tfseg import memory
 from tfseg.config import Config
-from tfseg.config.names import APPLICATION_BACKBONES
+from tfseg.config import registry
+from tfseg.config.names import APPLICATION_BACKBONES, BACKBONES, BUILTIN_BACKBONE
 from tfseg.errors import InputError
 from tfseg.layers import ActivationConv2D, InplaceBatchNormalization
 from tfseg.models import APPLICATIONS, application_backbone, normalize
@@ -109,6 +110,19 @@ def test_layers_keras_names_by_a_counter_get_the_same_names_in_every_build():
     first, second = application_backbone("efficientnetb0"), application_backbone("efficientnetb0")
     assert [w.path for w in first.weights] == [w.path for w in second.weights]
     assert "normalization/mean" in {w.path for w in first.weights}
+
+
+def test_the_configs_table_is_the_one_built_from_and_an_unknown_name_is_one_line():
+    """--backbone is checked without TensorFlow against ``tfseg.config.registry``'s table,
+    the very one built from here: every entry names a keras.applications constructor."""
+    assert APPLICATIONS is registry.APPLICATIONS
+    assert BACKBONES == (BUILTIN_BACKBONE, *APPLICATIONS)
+    assert all(callable(getattr(keras.applications, spec.constructor, None))
+               for spec in APPLICATIONS.values())
+    with pytest.raises(InputError) as error:
+        application_backbone("resnet5")
+    assert str(error.value) == (f"--backbone: must be one of {', '.join(APPLICATIONS)}, "
+                                f"got 'resnet5' (did you mean resnet50?)")
 
 
 def test_a_missing_or_mismatched_weights_file_is_one_line_naming_it(tmp_path):

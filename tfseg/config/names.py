@@ -2,22 +2,20 @@
 a config field a flag. No TensorFlow."""
 
 import dataclasses
+import difflib
 
+from tfseg.config.registry import APPLICATIONS, BUILTIN_BACKBONE, DATASETS  # noqa: F401
 from tfseg.errors import InputError
 
 MODES = ("train_and_eval", "train", "eval", "predict", "export", "report", "convert",
          "validate")
-DATASETS = ("cityscapes", "voc", "camvid", "ade20k", "folder", "synthetic", "tfrecord")
 NORMS = ("batch", "sync_batch", "group")
 # The settings (flag names) that decide which variables a model has, or (head_epsilon,
 # resize) what the same variables compute: a checkpoint's config.json gives them.
 ARCHITECTURE = ("dataset", "backbone", "width_multiplier", "middle_repeats", "norm",
                 "head_epsilon", "resize")
-# --backbone: the built-in aligned Xception-65, or a keras.applications model
-# (``tfseg.models.applications.APPLICATIONS``, which has exactly these).
-BUILTIN_BACKBONE = "xception65"
-APPLICATION_BACKBONES = ("resnet50", "resnet101", "resnet152", "resnet50v2", "resnet101v2",
-                         "mobilenetv2") + tuple(f"efficientnetb{i}" for i in range(8))
+# --dataset (DATASETS) and --backbone: listed once, in tfseg.config.registry.
+APPLICATION_BACKBONES = tuple(APPLICATIONS)
 BACKBONES = (BUILTIN_BACKBONE,) + APPLICATION_BACKBONES
 # Bilinear resize conventions: tf.image.resize's, and TF1's (research/deeplab's).
 RESIZE_MODES = ("half_pixel", "align_corners")
@@ -72,4 +70,9 @@ def crop_ok(size, output_stride):
 
 
 def one_of(value, names, flag):
-    check(value in names, flag, f"must be one of {', '.join(names)}, got {value!r}")
+    """Refuse ``value`` unless it is in ``names``, in one line that lists them all and
+    suggests the closest (``one_of("resnet5", BACKBONES, "backbone")``: "--backbone: must
+    be one of xception65, resnet50, ..., got 'resnet5' (did you mean resnet50?)")."""
+    close = difflib.get_close_matches(str(value), list(names), n=1)
+    check(value in names, flag, f"must be one of {', '.join(names)}, got {value!r}"
+          + (f" (did you mean {close[0]}?)" if close else ""))

@@ -8,15 +8,14 @@ from tfseg.config.names import (APPLICATION_BACKBONES, BACKBONES, BUILTIN_BACKBO
                                 RECOMPUTE_BLOCKS, RECOMPUTE_HEAD, REPORT_VARIANTS, RESIZE_MODES,
                                 STRATEGIES, WEIGHT_DECAY_TYPES, check, one_of, recompute_names,
                                 setting, unit_name)
+from tfseg.config.registry import phrase
 
 
 @dataclasses.dataclass(frozen=True)
 class Data:
     """The input: the data set, its splits, the training crop, batch and augmentation."""
 
-    dataset: str = setting("synthetic", "synthetic, cityscapes, voc, camvid, ade20k "
-                           "(ADEChallengeData2016), folder (SPLIT/images + SPLIT/masks + "
-                           "classes.txt) or tfrecord.")
+    dataset: str = setting("synthetic", f"{phrase(DATASETS)}.")
     root: str = setting("data/synthetic", "Data set folder (synthetic: written on first use).",
                         flag="data_dir")
     train_split: str = setting("train", "Training split.")

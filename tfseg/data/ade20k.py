@@ -22,6 +22,7 @@ import glob
 import os
 
 from tfseg.data import png, voc
+from tfseg.data.registry import register_reader
 from tfseg.data.source import (IGNORE_LABEL, Source, index_label_decoder, require_dir,
                                require_file, require_pairs)
 from tfseg.errors import InputError
@@ -115,6 +116,7 @@ def files(root, split, missing_ok=False):
         "annotation for " + image, missing_ok)) for image in images)
 
 
+@register_reader("ade20k", classes=lambda root, split: (class_names(root), PALETTE))
 def source(root, split, missing_ok=False):
     """The split as a ``Source`` (150 classes, 0 = other -> 255); ``missing_ok`` as
     ``files``."""

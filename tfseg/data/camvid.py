@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfseg.data import png
+from tfseg.data.registry import register_reader
 from tfseg.data.source import IGNORE_LABEL, Source, require_dir, require_file, require_pairs
 from tfseg.errors import InputError
 
@@ -106,6 +107,12 @@ def colour_label_decoder(colours, ignored):
     return decode_label
 
 
+def classes(root, split=None):
+    """(class names, palette) of ``root/class_dict.csv``, without the images."""
+    return read_class_dict(os.path.join(root, "class_dict.csv"))[:2]
+
+
+@register_reader("camvid", classes=classes)
 def source(root, split, missing_ok=False):
     """The split as a ``Source``; classes and palette come from ``class_dict.csv``;
     ``missing_ok`` as ``files``."""

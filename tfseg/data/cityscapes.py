@@ -6,6 +6,7 @@ import os
 import numpy as np
 
 from tfseg.data import png
+from tfseg.data.registry import register_reader
 from tfseg.data.source import (IGNORE_LABEL, Source, index_label_decoder, require_dir,
                                require_file, require_pairs)
 
@@ -69,6 +70,7 @@ def label_mapping(label_path):
     return KNOWN_LABEL_IDS
 
 
+@register_reader("cityscapes", classes=(CLASS_NAMES, PALETTE))
 def source(root, split, missing_ok=False):
     """The split as a ``Source`` (labels decoded and mapped to 19 train ids); ``missing_ok``
     as ``files``."""

@@ -3,7 +3,7 @@
 import dataclasses
 from typing import Optional, Tuple, Union
 
-from tfseg.config import DATASETS
+from tfseg.data.registry import reader
 from tfseg.errors import InputError
 
 
@@ -12,7 +12,8 @@ class DataConfig:
     """Input pipeline settings (library code takes this, never absl FLAGS).
 
     Attributes:
-      dataset: one of ``DATASETS``. "synthetic" writes the default synthetic
+      dataset: the name a reader registered (``tfseg.data.registry``; the built-in
+        ones: ``tfseg.config.registry.DATASETS``). "synthetic" writes the default synthetic
         Cityscapes-layout set under ``root`` if it is not complete there, then
         reads it as Cityscapes. "tfrecord" reads shards from ``write_tfrecords``.
       root: data set folder (for "voc": the VOC2012 folder; for "ade20k": the
@@ -67,8 +68,7 @@ class DataConfig:
     seed: Optional[int] = None
 
     def __post_init__(self):
-        if self.dataset not in DATASETS:
-            raise InputError(f"tfseg: dataset must be one of {DATASETS}, got {self.dataset!r}")
+        reader(self.dataset)  # an unknown name: one line listing the registered ones
         if min(self.crop_size) < 2:
             raise InputError(f"tfseg: crop_size must be at least 2x2, got {self.crop_size}")
         if not 0 < self.scale_range[0] <= self.scale_range[1]:

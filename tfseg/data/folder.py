@@ -18,6 +18,7 @@ import os
 import numpy as np
 
 from tfseg.data import png, voc
+from tfseg.data.registry import register_reader
 from tfseg.data.source import (IGNORE_LABEL, Source, index_label_decoder, require_dir,
                                require_file, require_pairs)
 from tfseg.errors import InputError
@@ -105,6 +106,8 @@ def files(root, split, missing_ok=False):
     return tuple(pairs)
 
 
+@register_reader("folder", classes=lambda root, split: read_classes(
+    os.path.join(root, CLASS_FILE)))
 def source(root, split, missing_ok=False):
     """The split as a ``Source``; classes and palette come from ``classes.txt``;
     ``missing_ok`` as ``files``."""

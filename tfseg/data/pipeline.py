@@ -22,73 +22,46 @@ cache (``cache="prefix"``) needs no memory bound; a buffer of the whole split
 read back from disk would hold it all in memory, so it keeps the first
 epoch's (shuffled) order, mixed by ``shuffle_buffer``.
 """
-import os
-
-import numpy as np
 import tensorflow as tf
 
-from tfseg.data import ade20k, camvid, cityscapes, folder, footprint, order, tfrecords, voc
+from tfseg.data import footprint, order, tfrecords
 from tfseg.data.decode import decode_pairs, pairs_dataset
 from tfseg.data.feed import require_reachable
-from tfseg.data.source import IGNORE_LABEL, Source, as_int32
+from tfseg.data.registry import reader
+from tfseg.data.source import IGNORE_LABEL, as_int32
 from tfseg.data.stats import DataStats
-from tfseg.data.synthetic import write_synthetic_cityscapes
 from tfseg.data.traced import plain
 from tfseg.data.transforms import PAD_VALUE, eval_transform, train_transform
 
-_READERS = {"cityscapes": cityscapes.source, "voc": voc.source, "camvid": camvid.source,
-            "ade20k": ade20k.source, "folder": folder.source}
-
 
 def get_source(config):
-    """The ``Source`` (files, classes, palette) that ``config`` reads.
+    """The ``Source`` (files, classes, palette) that ``config`` reads, from the reader
+    registered as ``config.dataset`` (``tfseg.data.registry``).
 
     For "tfrecord" the pairs are empty and the classes come from the metadata.
     """
-    if config.dataset == "tfrecord":
-        meta = tfrecords.read_metadata(config.root, config.split)
-        return Source(meta["source"], (), tuple(meta["class_names"]),
-                      tf.constant(meta["palette"], tf.uint8).numpy(), None, None, "")
-    if config.dataset == "synthetic":
-        write_synthetic_cityscapes(config.root)
-        return cityscapes.source(config.root, config.split)
     # With skip_bad_examples a missing file is one more bad pair, counted and skipped.
-    return _READERS[config.dataset](config.root, config.split, config.skip_bad_examples)
+    return reader(config.dataset).source(config.root, config.split, config.skip_bad_examples)
 
 
 def class_names(config):
     """The class names of the data set ``config`` reads, without listing or reading
-    its images (CamVid reads ``class_dict.csv``, "folder" ``classes.txt``, ADE20K an
-    ``objectInfo150`` file if there is one, TFRecords their metadata), so that a run
-    can be planned before the data set is on disk."""
-    if config.dataset == "camvid":
-        return camvid.read_class_dict(os.path.join(config.root, "class_dict.csv"))[0]
-    if config.dataset == "folder":
-        return folder.read_classes(os.path.join(config.root, folder.CLASS_FILE))[0]
-    if config.dataset == "ade20k":
-        return ade20k.class_names(config.root)
-    if config.dataset == "tfrecord":
-        return tuple(tfrecords.read_metadata(config.root, config.split)["class_names"])
-    return voc.CLASS_NAMES if config.dataset == "voc" else cityscapes.CLASS_NAMES
+    its images where its reader can (CamVid reads ``class_dict.csv``, "folder"
+    ``classes.txt``, ADE20K an ``objectInfo150`` file if there is one, TFRecords their
+    metadata), so that a run can be planned before the data set is on disk."""
+    return reader(config.dataset).class_info(config.root, config.split)[0]
 
 
 def palette(config):
     """The display colours [num_classes, 3] of the data set ``config`` reads, without
     its images (as ``class_names``)."""
-    if config.dataset == "camvid":
-        return camvid.read_class_dict(os.path.join(config.root, "class_dict.csv"))[1]
-    if config.dataset == "folder":
-        return folder.read_classes(os.path.join(config.root, folder.CLASS_FILE))[1]
-    if config.dataset == "ade20k":
-        return ade20k.PALETTE
-    if config.dataset == "tfrecord":
-        return np.asarray(tfrecords.read_metadata(config.root, config.split)["palette"])
-    return voc.PALETTE if config.dataset == "voc" else cityscapes.PALETTE
+    return reader(config.dataset).class_info(config.root, config.split)[1]
 
 
 def _sized_source(config):
-    """(source, size): ``size()`` gives (examples, decoded bytes) without decoding anything."""
-    if config.dataset == "tfrecord":
+    """(source, size): ``size()`` gives (examples, decoded bytes) without decoding anything;
+    source is None for TFRecords, whose examples are not files."""
+    if reader(config.dataset).records:
         return None, lambda: tfrecords.decoded_size(config.root, config.split)
     source = get_source(config)
     return source, lambda: (len(source.pairs), footprint.decoded_bytes(source))

@@ -15,7 +15,9 @@ import tempfile
 import numpy as np
 from PIL import Image, ImageDraw
 
+from tfseg.data import cityscapes
 from tfseg.data.cityscapes import LABEL_ID_TO_TRAIN_ID
+from tfseg.data.registry import register_reader
 from tfseg.errors import InputError
 
 # Cityscapes label id -> (base RGB, texture). Colour and texture are both
@@ -131,6 +133,14 @@ def write_synthetic_cityscapes(root, num_train=40, num_val=10, height=128, width
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return root
+
+
+@register_reader("synthetic", classes=(cityscapes.CLASS_NAMES, cityscapes.PALETTE))
+def source(root, split, missing_ok=False):
+    """The default set (``write_synthetic_cityscapes(root)``, written unless complete
+    there) as a Cityscapes ``Source``; ``missing_ok`` as ``cityscapes.files``."""
+    write_synthetic_cityscapes(root)
+    return cityscapes.source(root, split, missing_ok)
 
 
 def _move_into_place(staging, root):

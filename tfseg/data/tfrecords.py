@@ -19,6 +19,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfseg.data.decode import decode_image, pairs_dataset, pairs_to_examples
+from tfseg.data.registry import register_reader
+from tfseg.data.source import Source
 from tfseg.data.stats import DataStats
 from tfseg.data.traced import plain
 from tfseg.errors import InputError
@@ -117,6 +119,15 @@ def read_metadata(data_dir, split):
         raise FileNotFoundError(f"tfseg: TFRecord metadata not found: {path}")
     with open(path) as f:
         return json.load(f)
+
+
+@register_reader("tfrecord", records=True)
+def source(data_dir, split, missing_ok=False):
+    """The split's classes and palette from its metadata, as a ``Source`` without pairs
+    (the records are read by ``read_train_ids``); ``missing_ok`` is not needed here."""
+    meta = read_metadata(data_dir, split)
+    return Source(meta["source"], (), tuple(meta["class_names"]),
+                  np.asarray(meta["palette"], np.uint8), None, None, "")
 
 
 def decoded_size(data_dir, split):

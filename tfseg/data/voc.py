@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from tfseg.data import png
+from tfseg.data.registry import register_reader
 from tfseg.data.source import (Source, index_label_decoder, require_dir, require_file,
                                require_pairs)
 
@@ -64,6 +65,7 @@ def files(root, split, missing_ok=False):
                  for i in ids)
 
 
+@register_reader("voc", classes=(CLASS_NAMES, PALETTE))
 def source(root, split, missing_ok=False):
     """The split as a ``Source`` (21 classes, 255 = border/ignore); ``missing_ok`` as
     ``files``."""

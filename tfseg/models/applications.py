@@ -13,11 +13,11 @@ the constructor's ImageNet weights were trained on (its `preprocess_input`):
     model's own Rescaling and Normalization layers do the rest.
 
 So one data pipeline serves every backbone, and an exported model takes the same
-uint8 images whichever backbone it has.
+uint8 images whichever backbone it has. Each backbone is an `Application` entry
+(its constructor, end points and preprocessing) in `tfseg.config.registry.APPLICATIONS`.
 """
 
 import collections
-import dataclasses
 import os
 import re
 import warnings
@@ -25,51 +25,14 @@ import warnings
 import keras
 import numpy as np
 
-from tfseg.config.names import APPLICATION_BACKBONES
+from tfseg.config.names import one_of
+# The table is the config's, so that --backbone is checked without TensorFlow against the
+# very list built here; tfseg.models re-exports it.
+from tfseg.config.registry import APPLICATIONS, Application  # noqa: F401
 from tfseg.errors import InputError
 from tfseg.models import dilate as dilate_lib
 from tfseg.models.backbone import LOW_LEVEL, OUT
 from tfseg.models.xception import OUTPUT_STRIDES
-
-
-@dataclasses.dataclass(frozen=True)
-class Application:
-    """One keras.applications backbone.
-
-    Args:
-      constructor: the `keras.applications` function, built with include_top=False.
-      low_level: the layer whose output is the decoder's feature, at stride 4.
-      out: the layer whose output is ASPP's input, at stride 32 before dilation.
-      preprocessing: "caffe", "tf" or "raw": what its ImageNet weights expect (module
-        docstring).
-    """
-
-    constructor: str
-    low_level: str
-    out: str
-    preprocessing: str
-
-
-# Low level: ResNet v1's last stride-4 block output; ResNet v2's blocks end before
-# their norm and ReLU (pre-activation), so the next block's preactivation is the
-# stride-4 feature (its conv2 stack downsamples in its last block); MobileNetV2 and
-# EfficientNet: the expansion (ReLU6 / swish) of the first stride-8 block, which is
-# still at stride 4, as the MobileNet segmentation heads take it. Out: the last feature.
-_RESNET = dict(low_level="conv2_block3_out", out="conv5_block3_out", preprocessing="caffe")
-_RESNET_V2 = dict(low_level="conv2_block3_preact_relu", out="post_relu", preprocessing="tf")
-_EFFICIENTNET = dict(low_level="block3a_expand_activation", out="top_activation",
-                     preprocessing="raw")
-APPLICATIONS = {
-    "resnet50": Application("ResNet50", **_RESNET),
-    "resnet101": Application("ResNet101", **_RESNET),
-    "resnet152": Application("ResNet152", **_RESNET),
-    "resnet50v2": Application("ResNet50V2", **_RESNET_V2),
-    "resnet101v2": Application("ResNet101V2", **_RESNET_V2),
-    "mobilenetv2": Application("MobileNetV2", "block_3_expand_relu", "out_relu", "tf"),
-    **{f"efficientnetb{i}": Application(f"EfficientNetB{i}", **_EFFICIENTNET) for i in range(8)},
-}
-# The config checks --backbone without TensorFlow, against its own list.
-assert tuple(APPLICATIONS) == APPLICATION_BACKBONES, "tfseg.config.names is out of date"
 
 
 def application_backbone(name, *, input_shape=(None, None, 3), output_stride=32, weights=None):
@@ -95,8 +58,7 @@ def application_backbone(name, *, input_shape=(None, None, 3), output_stride=32,
     named as in a fresh process, so that their variable paths, which checkpoints
     are keyed by, do not depend on what the process built before.
     """
-    if name not in APPLICATIONS:
-        raise ValueError(f"backbone must be one of {list(APPLICATIONS)}, got {name!r}")
+    one_of(name, APPLICATIONS, "backbone")  # an InputError of one line listing them
     if output_stride not in OUTPUT_STRIDES:
         raise ValueError(f"output_stride must be one of {OUTPUT_STRIDES}, got {output_stride}")
     spec = APPLICATIONS[name]

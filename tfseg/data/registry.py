@@ -1,0 +1,99 @@
+"""Data set readers, found by name: each reader module registers itself.
+
+A reader is a function ``source(root, split, missing_ok=False)`` returning a
+``tfseg.data.Source``, decorated where it is defined::
+
+    @register_reader("voc", classes=(CLASS_NAMES, PALETTE))
+    def source(root, split, missing_ok=False):
+        ...
+
+``tfseg.data`` imports every module of its package, so a new reader module is found
+without being listed anywhere on this side. The command line checks ``--dataset``
+without TensorFlow, against ``tfseg.config.registry.DATASETS``; ``DataConfig`` checks
+it against the readers registered here, so a library user can register a reader of
+their own in their own module.
+"""
+
+import dataclasses
+from typing import Callable, Optional
+
+from tfseg.config.names import one_of
+
+# name -> Reader, in the order the modules registered them.
+READERS = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Reader:
+    """One registered data set.
+
+    Attributes:
+      name: its ``--dataset`` / ``DataConfig.dataset`` name.
+      source: ``source(root, split, missing_ok=False)`` -> ``Source``.
+      classes: ``classes(root, split)`` -> (class names, palette uint8 [N, 3]), read
+        without listing or decoding images, so that a run can be planned before the
+        data set is on disk; None: those of ``source(root, split)``.
+      records: the examples are TFRecord shards of ``tfseg.data.write_tfrecords``
+        (``source`` gives no pairs), read by ``tfseg.data.tfrecords``, not image files.
+    """
+
+    name: str
+    source: Callable
+    classes: Optional[Callable] = None
+    records: bool = False
+
+    def class_info(self, root, split):
+        """(class names tuple, palette) of the split, e.g. ``reader("voc").class_info(
+        "data/VOC2012", "val")[0][:2] == ("background", "aeroplane")``."""
+        if self.classes is None:
+            found = self.source(root, split)
+            return tuple(found.class_names), found.palette
+        names, palette = self.classes(root, split)
+        return tuple(names), palette
+
+
+def register_reader(name, classes=None, records=False):
+    """A decorator that registers ``source(root, split, missing_ok=False)`` as the reader
+    of data set ``name``, and returns it unchanged.
+
+    Args:
+      name: the data set's name; registering a name twice is a ValueError (two modules
+        would silently compete for it).
+      classes: ``classes(root, split)`` -> (names, palette) without the images, or the
+        constant (names, palette) of a fixed class list; None: ``source``'s (which may
+        list the files). ``Reader`` says more.
+      records: see ``Reader``.
+
+    Example::
+
+        @register_reader("cityscapes", classes=(CLASS_NAMES, PALETTE))
+        def source(root, split, missing_ok=False):
+            return Source(...)
+    """
+    if isinstance(classes, tuple):
+        classes = _fixed(classes)
+
+    def register(source):
+        if name in READERS:
+            raise ValueError(f"tfseg: two readers registered as {name!r}: "
+                             f"{_where(READERS[name].source)} and {_where(source)}")
+        READERS[name] = Reader(name, source, classes, records)
+        return source
+
+    return register
+
+
+def reader(name):
+    """The ``Reader`` registered as ``name``; else an ``InputError`` of one line that
+    lists the registered names, e.g. ``reader("voc").source("data/VOC2012", "val")``."""
+    one_of(name, sorted(READERS), "dataset")
+    return READERS[name]
+
+
+def _fixed(classes):
+    """``classes(root, split)`` of a data set whose classes do not depend on its files."""
+    return lambda root, split: classes
+
+
+def _where(function):
+    return f"{function.__module__}.{function.__qualname__}"
