@@ -15,7 +15,7 @@ and one JSON line.
 
 `--research_recipe` plans research/deeplab's Cityscapes recipe (crop 769x769, batch 16,
 19 classes, batch norm trained, fp32), which needs 8 GPUs there, for one 16 GiB card
-minus the GPU overhead `tfseg.plan.choose` assumes: the static estimate of each plan
+minus the GPU overhead `tfseg.budget.choose` assumes: the static estimate of each plan
 (never run: such a step takes far too long on 2 CPU cores), the first that fits, as
 `--mode=train --memory_budget_gb=16` would choose it without verifying.
 
@@ -37,11 +37,11 @@ import argparse
 import json
 import sys
 
+from tfseg.budget.choose import choose
 from tfseg.config import MEMORY_ANCHORS, Optim
 from tfseg.config.budget import GB as GIB, GPU_OVERHEAD_GB
 from tfseg.errors import InputError
 from tfseg.models.xception import DEFAULT_RECOMPUTE
-from tfseg.plan.choose import choose
 from tfseg.profile.anchors import anchor_step
 from tfseg.profile.measure import combine, measure, measure_repeats
 from tfseg.profile.step import StepConfig

@@ -75,7 +75,7 @@ def child(name, variant, size, batch):
     seconds = time.perf_counter() - start
     peak = tf.config.experimental.get_memory_info(device)["peak"] - base
     print(json.dumps({"model": name, "variant": variant, "peak_over_base_bytes": int(peak),
-                      "step_seconds": seconds, "plan": str(memory.plan(model))
+                      "step_seconds": seconds, "changes": str(memory.changes(model))
                       if variant == "stock" else None}))
 
 
@@ -114,7 +114,7 @@ def main(argv=None):
         rows.append({"model": name, "stock_mib": peaks["stock"] / MIB,
                      "rewrite_mib": peaks["rewrite"] / MIB, "ratio": ratio, "target": target,
                      "status": status, "time_ratio": times["rewrite"] / times["stock"],
-                     "plan": runs["stock"][0]["plan"]})
+                     "changes": runs["stock"][0]["changes"]})
         print(f"{name:<18} {peaks['stock'] / MIB:>10.0f} {peaks['rewrite'] / MIB:>12.0f} "
               f"{ratio:>6.2f} {target or '':>7}  {status}", flush=True)
     print(json.dumps({"benchmark": "rewrite", "size": args.size, "batch": args.batch,

@@ -16,7 +16,7 @@ one step, peak - base):
 
 Prints a table and one JSON line. On the CPU the logical devices share one allocator
 (`get_memory_info` has no per-device statistics there), so the split variants' peaks
-are the sum over their devices; for `model` the planner's per-device prediction is
+are the sum over their devices; for `model` the cuts' per-device prediction is
 printed too. Run with TF_ENABLE_ONEDNN_OPTS=1 (set here for the children): only oneDNN's
 allocator keeps statistics on the CPU.
 """
@@ -46,7 +46,7 @@ def child(variant, args):
 
     from tfseg import split as split_lib
     from tfseg.models import deeplab_v3_plus
-    from tfseg.split import plan
+    from tfseg.split import cuts
     from tfseg.training import losses
     from tfseg.training.step import make_train_step
 
@@ -61,12 +61,12 @@ def child(variant, args):
     predicted = []
     if variant == "model":
         parts = split_lib.parts(model)
-        kept = plan.kept_by_layer(model, tf.TensorSpec(shape + (3,)),
+        kept = cuts.kept_by_layer(model, tf.TensorSpec(shape + (3,)),
                                   tf.TensorSpec(shape, tf.int32), loss_fn)
-        loads = plan.balance(plan.part_costs(parts, kept, slots=1), devices)
+        loads = cuts.balance(cuts.part_costs(parts, kept, slots=1), devices)
         predicted = [dict(device=load.device, parts=load.parts, peak_bytes=load.peak)
                      for load in loads]
-        model = split_lib.place(model, parts, plan.assignment(loads))
+        model = split_lib.place(model, parts, cuts.assignment(loads))
     optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
     optimizer.build(model.trainable_variables)
     step = make_train_step(tf.distribute.get_strategy(), model, optimizer, loss_fn,

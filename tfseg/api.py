@@ -26,15 +26,15 @@ def fit_budget(config, log=print):
     machine's devices, and the record of the choice (kept in config.json)."""
     import tensorflow as tf
 
-    from tfseg import plan
+    from tfseg import budget
     from tfseg.evaluation.loading import num_classes
     from tfseg.runtime import files
 
     gpus = len(tf.config.list_physical_devices("GPU"))
     # MirroredStrategy() takes every GPU, else the CPU: one replica each
-    config, choice = plan.plan_run(config, num_classes(config), gpus > 0,
-                                   saved=files.load_config(config.run.model_dir),
-                                   replicas=max(1, gpus))
+    config, choice = budget.plan_run(config, num_classes(config), gpus > 0,
+                                     saved=files.load_config(config.run.model_dir),
+                                     replicas=max(1, gpus))
     log(choice.line())
     return config, {"memory_plan": choice.to_dict()}
 

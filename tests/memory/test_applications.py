@@ -87,7 +87,7 @@ def test_swish_and_hard_swish_fuse_into_the_next_conv(app, conv, kind):
     """EfficientNet's swish and MobileNetV3's hard-swish before a conv are taken into
     it, as ReLU is: the conv keeps the norm's output, not the activation's."""
     model, _ = build(app)
-    fused = dict((c, a) for a, c in memory.plan(model).fused)
+    fused = dict((c, a) for a, c in memory.changes(model).fused)
     if kind is None:
         assert conv not in fused
         return
@@ -104,7 +104,7 @@ def test_squeeze_excite_products_are_folded_into_the_projection_conv():
     never kept: exactly one activation (the product) less per block, by the traced
     step's kept tensors."""
     model, size = build("EfficientNetB0")
-    summary = memory.plan(model)
+    summary = memory.changes(model)
     assert len(summary.scaled) == 16
     new = memory.rewrite(model)
     assert "block2a_se_excite" not in {layer.name for layer in new.layers}

@@ -33,10 +33,10 @@ def pyramid(shared=False):
 def test_a_branches_segment_runs_its_branches_one_at_a_time_and_exactly(float64):
     model = pyramid()
     segment = memory.Segment("pyramid", "stem_relu", "join", branches=True)
-    plan = memory.plan(model, recompute=[segment])
+    found = memory.changes(model, recompute=[segment])
     # The segment starts before stem_relu, which only it reads: it keeps stem_bn's
     # output (kept by that norm anyway), and each branch runs the ReLU itself.
-    assert [len(nodes) for nodes in plan.serial["pyramid"]] == [2, 4, 4]
+    assert [len(nodes) for nodes in found.serial["pyramid"]] == [2, 4, 4]
     new = memory.rewrite(model, recompute=[segment])
     assert "stem_relu" not in {layer.name for layer in new.layers}
     layer = new.get_layer("pyramid")
@@ -55,10 +55,11 @@ def test_a_branches_segment_runs_its_branches_one_at_a_time_and_exactly(float64)
 
 def test_a_branches_segment_must_end_in_a_concatenate_of_separate_branches():
     with pytest.raises(ValueError, match="'head' is not a Concatenate"):
-        memory.plan(pyramid(), recompute=[memory.Segment("p", "stem_relu", "head", branches=True)])
+        memory.changes(pyramid(),
+                       recompute=[memory.Segment("p", "stem_relu", "head", branches=True)])
     with pytest.raises(ValueError, match="branches share layers"):
-        memory.plan(pyramid(shared=True),
-                    recompute=[memory.Segment("p", "stem_relu", "join", branches=True)])
+        memory.changes(pyramid(shared=True),
+                       recompute=[memory.Segment("p", "stem_relu", "join", branches=True)])
 
 
 @pytest.mark.slow
@@ -110,8 +111,8 @@ def test_a_norm_before_a_residual_add_keeps_the_sum_not_its_output(norm, float64
     (its producer's). The folded norm returns and keeps the sum, and rebuilds y as
     sum - shortcut: one activation less per connection, within an ulp of the sum."""
     model = residual_net(norm)
-    plan = memory.plan(model)
-    assert plan.residual == [("bn1", "add1"), ("bn2", "add2")]
+    found = memory.changes(model)
+    assert found.residual == [("bn1", "add1"), ("bn2", "add2")]
     new = memory.rewrite(model)
     assert {"add1", "add2"}.isdisjoint(layer.name for layer in new.layers)
     images = tf.constant(np.random.RandomState(0).randn(2, 9, 7, 4))
@@ -146,8 +147,8 @@ def test_a_block_output_relu_read_by_a_conv_and_the_next_add_is_not_kept(float64
     block's folded norm adds relu(z) itself (run again in its backward pass), and
     relu(z) is never kept: one activation less per block, exactly."""
     model = identity_block_net()
-    plan = memory.plan(model)
-    assert ("out1", "c2") in plan.fused and ("bn2", "add2") in plan.residual
+    found = memory.changes(model)
+    assert ("out1", "c2") in found.fused and ("bn2", "add2") in found.residual
     new = memory.rewrite(model)
     assert {"out1", "add1", "add2"}.isdisjoint(layer.name for layer in new.layers)
     images = tf.constant(np.random.RandomState(0).randn(2, 9, 7, 4))
@@ -164,12 +165,12 @@ def test_residual_adds_are_folded_only_where_the_norm_feeds_nothing_else():
     x = keras.Input((9, 7, 4))
     y = keras.layers.BatchNormalization(name="bn")(keras.layers.Conv2D(4, 1, name="c")(x))
     also_used = keras.Model(x, [keras.layers.Add(name="add")([y, x]), y])
-    assert memory.plan(also_used).residual == []
+    assert memory.changes(also_used).residual == []
     other = keras.Input((1, 1, 4))
     broadcast = keras.Model([x, other], keras.layers.Add(name="add")([y, other]))
-    assert memory.plan(broadcast).residual == []
+    assert memory.changes(broadcast).residual == []
     three = keras.Model(x, keras.layers.Add(name="add")([y, x, x]))
-    assert memory.plan(three).residual == []
+    assert memory.changes(three).residual == []
 
 
 def test_a_segment_that_starts_at_a_relu_only_it_reads_starts_before_it(float64):

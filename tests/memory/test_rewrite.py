@@ -99,7 +99,7 @@ def test_rewrite_of_tfseg_model_keeps_weights_outputs_and_gradients(output_strid
                  expected.weights)
     segments = [memory.Segment("mid", "entry_block3_add", "middle_unit1_add")]
     new = memory.rewrite(stock, recompute=segments)
-    summary = memory.plan(stock, recompute=segments)
+    summary = memory.changes(stock, recompute=segments)
     # Every separable conv fuses (entry 3 x 3, middle 2 x 3, exit 2 x 3, ASPP 3,
     # decoder 2), those inside the recompute segment "mid" too.
     assert len(summary.separable) == 9 + 6 + 6 + 3 + 2
@@ -147,7 +147,7 @@ def test_rewrite_without_separable_fusion_uses_the_single_layer_twins(output_str
     stock = load(deeplab_v3_plus(5, output_stride=output_stride, norm=norm, dropout=0.0, **TINY),
                  expected.weights)
     new = memory.rewrite(stock, fuse_separable=False)
-    summary = memory.plan(stock, fuse_separable=False)
+    summary = memory.changes(stock, fuse_separable=False)
     fused = dict(summary.fused)
     # ReLU->depthwise: 3 per unit with a leading ReLU (entry 1-3, 2 middle, exit 1), and
     # the ReLUs joining separable convs in exit block 2 (2) and the decoder (1).
@@ -175,7 +175,7 @@ def test_rewrite_without_relu_depthwise_fusion_keeps_those_pairs_stock(float64):
     expected = stock_step(16, "batch")
     stock = load(deeplab_v3_plus(5, dropout=0.0, **TINY), expected.weights)
     new = memory.rewrite(stock, fuse_separable=False, fuse_relu_depthwise=False)
-    summary = memory.plan(stock, fuse_separable=False, fuse_relu_depthwise=False)
+    summary = memory.changes(stock, fuse_separable=False, fuse_relu_depthwise=False)
     # Only ReLU -> Conv2D pairs fuse: exit block 2 (3), ASPP (3), decoder (2), the
     # stem's conv2, entry block 1's shortcut and the logits.
     fused = dict(summary.fused)
@@ -272,7 +272,7 @@ def test_recompute_refuses_a_block_whose_inside_is_used_elsewhere():
 def test_rewrite_of_keras_applications(app, float64):
     shape = (71, 71, 3) if app == "Xception" else (64, 64, 3)
     model = getattr(keras.applications, app)(weights=None, input_shape=shape, classes=7)
-    summary = memory.plan(model)
+    summary = memory.changes(model)
     # Xception: only its stem ReLU->Conv2D fuses (the rest is ReLU->SeparableConv2D,
     # which has no twin here); MobileNetV2: each expansion's ReLU6 [-> padding] fuses
     # into the depthwise conv after it (ReLU6 run again in its backward pass), and
@@ -304,11 +304,11 @@ def test_relu_with_two_consumers_is_not_fused():
     r = keras.layers.ReLU(name="r")(x)
     d = keras.layers.DepthwiseConv2D(3, padding="same", name="d")(r)
     model = keras.Model(x, keras.layers.Add()([d, r]))
-    assert memory.plan(model).fused == []
+    assert memory.changes(model).fused == []
     pad = keras.layers.ZeroPadding2D(1, name="p2")(x)
     single = keras.Model(x, keras.layers.DepthwiseConv2D(3, name="d2")(
         keras.layers.Activation("relu", name="r2")(pad)))
-    assert memory.plan(single).fused == [("r2", "d2")]
+    assert memory.changes(single).fused == [("r2", "d2")]
     rewritten = memory.rewrite(single)
     assert rewritten.get_layer("d2").input_padding == ((1, 1), (1, 1))
     images = np.random.RandomState(0).randn(2, 8, 8, 4).astype("float32")
@@ -328,8 +328,8 @@ def test_a_relu_used_by_convs_and_relus_is_fused_into_each_and_not_made(float64)
     out = keras.layers.Add()([shortcut, keras.layers.Conv2D(5, 1, name="pw")(
         keras.layers.BatchNormalization(name="d_bn")(d))])
     model = keras.Model(x, out)
-    plan = memory.plan(model, fuse_separable=False)
-    assert ("r", "shortcut") in plan.fused and "r" not in {layer.name for layer in memory.rewrite(
+    found = memory.changes(model, fuse_separable=False)
+    assert ("r", "shortcut") in found.fused and "r" not in {layer.name for layer in memory.rewrite(
         model, fuse_separable=False).layers}
     new = memory.rewrite(model)  # the separable conv recomputes from bn's output too
     assert "r" not in {layer.name for layer in new.layers}
@@ -337,5 +337,5 @@ def test_a_relu_used_by_convs_and_relus_is_fused_into_each_and_not_made(float64)
     assert_same_training_step(model, new, images)
     # An Add among the users: the ReLU stays, fused into none of them.
     kept = keras.Model(x, keras.layers.Add()([r, keras.layers.Conv2D(6, 1, name="c2")(r)]))
-    assert memory.plan(kept).fused == []
+    assert memory.changes(kept).fused == []
     assert "r" in {layer.name for layer in memory.rewrite(kept).layers}

@@ -12,7 +12,8 @@ from tfseg import report
 from tfseg.profile.step import StepConfig
 from tfseg.profile.simulate import simulate
 from tfseg.models.xception import DEFAULT_RECOMPUTE
-from tfseg.report import planner, render
+from tfseg.report import fit as fit_lib
+from tfseg.report import render
 from tfseg.report.config import variant_step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -26,7 +27,7 @@ VARIANT_FIELDS = {"recompute_blocks", "measured_peak_bytes", "measured_peak_by_s
                   "static_estimate_by_batch_bytes", "kept_by_part_bytes", "breakdown_percent",
                   "peak_by_part_bytes", "peak_op", "simulated_threads", "wall_seconds",
                   "accounted"}
-PLAN_FIELDS = {"max_batch", "max_square_crop", "per_sample_bytes", "fixed_bytes", "slope_from",
+SIZE_FIELDS = {"max_batch", "max_square_crop", "per_sample_bytes", "fixed_bytes", "slope_from",
                "predicted_total_bytes", "verified", "crop_verified", "verification_runs",
                "skipped"}
 PARTS = {"entry_flow", "middle_flow", "exit_flow", "aspp", "decoder", "loss_and_other"}
@@ -129,28 +130,28 @@ def test_predicted_batch_fits_and_one_more_does_not(tmp_path):
     budget_gb = 0.08
     config = report.ReportConfig(step=step, variants=("stock",), repeats=1,
                                  memory_budget_gb=budget_gb, out_dir=str(tmp_path))
-    plan = report.run(config, log=lambda *_: None)["plan"]["variants"]["stock"]
-    written = json.loads((tmp_path / "report.json").read_text())["plan"]
+    sizes = report.run(config, log=lambda *_: None)["max_sizes"]["variants"]["stock"]
+    written = json.loads((tmp_path / "report.json").read_text())["max_sizes"]
     assert written["budget_bytes"] == int(budget_gb * 2**30)
-    assert PLAN_FIELDS <= written["variants"]["stock"].keys()
+    assert SIZE_FIELDS <= written["variants"]["stock"].keys()
     budget = budget_gb * 2**30
-    predicted, verified = plan["max_batch"], plan["verified"]["max_batch"]
-    assert predicted >= 2 and plan["slope_from"] == "analysis"
-    totals = plan["verified"]["total_bytes_by_batch"]
-    # The prediction itself, run for real, fits: the planner does not over-promise.
+    predicted, verified = sizes["max_batch"], sizes["verified"]["max_batch"]
+    assert predicted >= 2 and sizes["slope_from"] == "analysis"
+    totals = sizes["verified"]["total_bytes_by_batch"]
+    # The prediction itself, run for real, fits: the fit does not over-promise.
     assert totals[predicted] <= budget, (predicted, totals)
     # The measured search ends exactly: its batch fits, and one more does not.
     assert verified >= predicted and totals[verified] <= budget < totals[verified + 1], totals
-    assert plan["verified"]["complete"]
-    assert plan["verified"]["prediction_held"] == (verified == predicted)
+    assert sizes["verified"]["complete"]
+    assert sizes["verified"]["prediction_held"] == (verified == predicted)
     # The crop follows the crop rule and was measured once at batch 1.
-    crop = plan["max_square_crop"]
+    crop = sizes["max_square_crop"]
     assert crop > step.height and crop % step.run.model.output_stride in (0, 1)
-    crops = plan["crop_verified"]["total_bytes_by_crop"]
-    assert crops[crop] <= budget and plan["crop_verified"]["prediction_held"]
+    crops = sizes["crop_verified"]["total_bytes_by_crop"]
+    assert crops[crop] <= budget and sizes["crop_verified"]["prediction_held"]
     # Batch runs: the prediction, then up to one past the measured maximum; one crop run.
-    assert plan["verification_runs"] == (verified + 1 - predicted + 1) + 1
-    assert plan["skipped"] == {"batch": {}, "crop": {}}
+    assert sizes["verification_runs"] == (verified + 1 - predicted + 1) + 1
+    assert sizes["skipped"] == {"batch": {}, "crop": {}}
 
 
 def _measured(**changes):
@@ -162,15 +163,15 @@ def _measured(**changes):
 
 
 def test_fit_uses_the_analysis_slope_and_the_measured_level():
-    fit = planner.fit(_measured(), budget_bytes=2700)
+    fit = fit_lib.fit(_measured(), budget_bytes=2700)
     # slope (2000 - 1000) / 2 = 500 a sample; fixed = 100 + 1100 - 2 * 500 = 200
     assert (fit.per_sample_bytes, fit.fixed_bytes, fit.slope_from) == (500, 200, "analysis")
     assert fit.max_batch == 5  # 200 + 5 * 500 = 2700
     # batch 1 at crop s: 200 + 500 * s^2 / 100^2 <= 2700 -> s <= 223 -> 209 (13 x 16 + 1)
     assert fit.max_square_crop == 209
-    assert planner.fit(_measured(), budget_bytes=150).max_batch == 0
+    assert fit_lib.fit(_measured(), budget_bytes=150).max_batch == 0
     # Without a second batch in the analysis, the whole peak is taken as per-sample.
-    single = planner.fit(_measured(analysis={"estimated_peak_by_batch": {"2": 1000}}), 2700)
+    single = fit_lib.fit(_measured(analysis={"estimated_peak_by_batch": {"2": 1000}}), 2700)
     assert (single.per_sample_bytes, single.slope_from) == (550, "measured")
 
 
@@ -178,7 +179,7 @@ def test_fit_uses_the_analysis_slope_and_the_measured_level():
                                                   (240, 16, 240), (15, 16, 0), (16, 16, 16),
                                                   (519, 8, 513), (520, 8, 520)])
 def test_valid_crop_follows_the_crop_rule(size, stride, expected):
-    assert planner.valid_crop(size, stride) == expected
+    assert fit_lib.valid_crop(size, stride) == expected
 
 
 def test_verification_runs_over_the_caps_are_skipped_and_recorded():
@@ -189,23 +190,23 @@ def test_verification_runs_over_the_caps_are_skipped_and_recorded():
     # Budget 2700: batch 5 (ratio 2.5, 13 s) and crop 209 at batch 1 (ratio 2.2, 12.4 s).
     # Both caps are below any run, so nothing is measured and each skip says why.
     expensive = report.ReportConfig(step=step, memory_budget_gb=2700 / 2**30, max_verify_seconds=1.0)
-    plan = report.plan(expensive, {"stock": m}, log=lambda *_: None)["variants"]["stock"]
-    assert plan["verification_runs"] == 0
-    assert plan["skipped"] == {"batch": {5: {"reason": "too expensive", "estimated_seconds": 13.0}},
-                               "crop": {209: {"reason": "too expensive",
-                                              "estimated_seconds": 12.4}}}
-    assert plan["verified"]["max_batch"] is None and not plan["verified"]["complete"]
-    assert plan["crop_verified"]["max_square_crop"] is None
+    sizes = report.max_sizes(expensive, {"stock": m}, log=lambda *_: None)["variants"]["stock"]
+    assert sizes["verification_runs"] == 0
+    assert sizes["skipped"] == {
+        "batch": {5: {"reason": "too expensive", "estimated_seconds": 13.0}},
+        "crop": {209: {"reason": "too expensive", "estimated_seconds": 12.4}}}
+    assert sizes["verified"]["max_batch"] is None and not sizes["verified"]["complete"]
+    assert sizes["crop_verified"]["max_square_crop"] is None
     limited = dataclasses.replace(expensive, max_verify_seconds=300.0, max_verify_runs=0)
-    plan = report.plan(limited, {"stock": m}, log=lambda *_: None)["variants"]["stock"]
-    assert plan["verification_runs"] == 0
-    skipped = plan["skipped"]
+    sizes = report.max_sizes(limited, {"stock": m}, log=lambda *_: None)["variants"]["stock"]
+    assert sizes["verification_runs"] == 0
+    skipped = sizes["skipped"]
     assert skipped["batch"][5]["reason"] == skipped["crop"][209]["reason"] == "run limit"
     # Int-keyed in the report; its JSON has the same numbers as strings.
-    assert json.loads(json.dumps(plan))["skipped"]["batch"]["5"]["reason"] == "run limit"
+    assert json.loads(json.dumps(sizes))["skipped"]["batch"]["5"]["reason"] == "run limit"
     assert "not verified at batch 5: run limit" in render.table(
         {"config": {"height": 100, "width": 100, "jit_compile": False}, "device": "CPU:0",
-         "variants": {}, "plan": {"budget_gb": 2700 / 2**30, "variants": {"stock": plan}}})
+         "variants": {}, "max_sizes": {"budget_gb": 2700 / 2**30, "variants": {"stock": sizes}}})
 
 
 @pytest.mark.parametrize("jit_compile", [False, True])

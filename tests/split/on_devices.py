@@ -24,7 +24,7 @@ def _logical_cpus(count):
 
 
 def compare(devices, output_stride, norm, memory_saving):
-    """A model split by the planner across `devices` against the same model on one:
+    """A model split across `devices` against the same model on one:
     loss, gradients, weights after two SGD steps, and where everything lives."""
     import keras
 
@@ -48,11 +48,11 @@ def compare(devices, output_stride, norm, memory_saving):
     one, placed = build(), build()
     parts = split.parts(placed)
     names = split.device_names(devices)
-    # Consecutive runs of parts, as even as the count allows (the planner's own choice
-    # is tested on its predictions, tests/split/test_plan.py, and through main.py).
+    # Consecutive runs of parts, as even as the count allows (the cuts `tfseg.split.cuts`
+    # chooses are tested on its predictions, tests/split/test_cuts.py, and through main.py).
     wanted = [names[k * len(names) // len(parts)] for k in range(len(parts))]
     placed = split.place(placed, parts, wanted)
-    planned = {name: device for part, device in zip(parts, wanted) for name in part.layers}
+    assigned = {name: device for part, device in zip(parts, wanted) for name in part.layers}
 
     inputs = tf.constant(images, tf.float64) / 127.5 - 1
 
@@ -78,7 +78,7 @@ def compare(devices, output_stride, norm, memory_saving):
 
     layer_of = {w.path: layer.name for layer in placed.layers for w in layer.weights}
     misplaced = [v.path for v in placed.weights
-                 if not v.value.device.endswith(planned[layer_of[v.path]].split("device:")[-1])]
+                 if not v.value.device.endswith(assigned[layer_of[v.path]].split("device:")[-1])]
     # Keras builds each momentum slot beside its variable (same shape, same order).
     slots = [v for v in optimizer.variables if "momentum" in v.path]
     slots_misplaced = [w.path for w, v in zip(placed.trainable_variables, slots)

@@ -1,5 +1,5 @@
 """main.py --model_devices: a run split across logical CPU devices resumes on one device
-and back, exactly; the planner's per-device prediction is printed; bad input is one line.
+and back, exactly; the cuts' per-device prediction is printed; bad input is one line.
 
 main.py runs in a fresh process that first gives TF that many logical CPU devices
 (``tests/split/on_devices.py``, which then runs main.py itself)."""
@@ -71,7 +71,7 @@ def test_a_split_run_resumes_on_one_device_and_back_exactly(data_dir, tmp_path):
 
 @pytest.mark.slow
 def test_bad_model_devices_exit_2_in_one_line(data_dir, tmp_path):
-    """What needs the devices or the planner (the config's own refusals: tests/test_main.py)."""
+    """What needs the devices or the cuts (the config's own refusals: tests/test_main.py)."""
     common = (f"--data_dir={data_dir}", f"--model_dir={tmp_path / 'run'}", *FLAGS,
               "--train_steps=1")
     many = ",".join(f"CPU:{i}" for i in range(40))

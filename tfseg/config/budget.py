@@ -1,5 +1,5 @@
 """What ``--memory_budget_gb`` and ``--device_overhead_gb`` mean in bytes (no TensorFlow):
-the memory planner (``tfseg.plan``) and the split across devices (``tfseg.split``) read
+the memory budget (``tfseg.budget``) and the split across devices (``tfseg.split``) read
 them the same way."""
 
 # --memory_budget_gb counts GiB, as the report's planner does and as cards are sized

@@ -5,7 +5,7 @@ that is not a forward op (the backward pass, the update) reads it. Ops that only
 forward a buffer (Identity, IdentityN, StopGradient, Reshape) are resolved to the
 tensor that owns the memory, so a buffer shared by two backward passes counts once.
 Each is attributed to the model layer whose name scope made it: what the memory
-report (`tfseg.profile.analysis`) and the split planner (`tfseg.split.plan`) count.
+report (`tfseg.profile.analysis`) and the split's cuts (`tfseg.split.cuts`) count.
 """
 
 import dataclasses

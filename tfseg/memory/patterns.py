@@ -1,4 +1,4 @@
-"""Where a functional Keras model can use the memory-saving twins: the plan."""
+"""Where a functional Keras model can use the memory-saving twins: the `Changes`."""
 
 import dataclasses
 
@@ -18,11 +18,11 @@ from tfseg.memory.matchers import (NORM_TWINS, Graph, activation_chain, relu_sta
                                    shared_relus)
 from tfseg.memory.segments import branch_nodes, segment_nodes
 
-__all__ = ["Graph", "Plan", "plan"]
+__all__ = ["Changes", "Graph", "changes"]
 
 
 @dataclasses.dataclass
-class Plan:
+class Changes:
     """What `rewrite` changes, by layer name."""
 
     separable: list = dataclasses.field(default_factory=list)  # (depthwise, pointwise) pairs
@@ -58,7 +58,7 @@ class Plan:
 
 
 def _take_activation(result, graph, node, relu_twin, twin):
-    """Plans `node`'s twin (`relu_twin` for a plain ReLU) taking in the activation
+    """Records `node`'s twin (`relu_twin` for a plain ReLU) taking in the activation
     [and zero padding] before it, if there is one; returns whether there was."""
     act, pad = activation_chain(graph, node)
     if act is None:
@@ -74,11 +74,11 @@ def _take_activation(result, graph, node, relu_twin, twin):
     return True
 
 
-def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
-         inplace_norm=True, lean_dilated=True, recompute=None, fold_residual=True):
+def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
+            inplace_norm=True, lean_dilated=True, recompute=None, fold_residual=True):
     """Finds what `rewrite` would change, without building anything. See `rewrite`."""
     graph = Graph(model)
-    result = Plan(recomputed=[segment.name for segment in recompute or ()])
+    result = Changes(recomputed=[segment.name for segment in recompute or ()])
     taken = set()  # nodes inside a recompute segment or a fused separable conv
     tails = set()  # the pointwise convs of fused separable convs: `Recompute` runs them
     segment_of = {}  # id(node) -> the recompute segment it is in
@@ -153,7 +153,7 @@ def plan(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=Tr
             result.replacements[layer.name] = (LeanDepthwiseConv2D, {})
     result.folds = residual_folds(graph, taken, set(result.inplace)) if fold_residual else {}
     if not result.relu_residuals <= set(result.folds):
-        raise AssertionError("a shared ReLU's add was planned to fold and does not")
+        raise AssertionError("a shared ReLU's add was marked to fold and is not folded")
     by_id = {id(node): node for node in graph.nodes}
     result.residual = [(norm.operation.name, by_id[add].operation.name)
                        for add, (norm, _) in result.folds.items()]

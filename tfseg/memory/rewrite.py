@@ -5,7 +5,7 @@ import logging
 import keras
 
 from tfseg.layers import Recompute, SerialBranches
-from tfseg.memory.patterns import Graph, plan
+from tfseg.memory.patterns import Graph, changes
 
 log = logging.getLogger("tfseg.memory")
 
@@ -62,11 +62,11 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
     model) is rewritten the same way, with the same options (`recompute` names the
     outer model's layers only). Operations that are not layers (`x + y`) are kept.
     Everything else is rebuilt from its config unchanged. What was rewritten is
-    logged on the "tfseg.memory" logger; `plan()` returns it without building.
+    logged on the "tfseg.memory" logger; `changes()` returns it without building.
     """
     graph = Graph(model)
-    summary = plan(model, fuse_separable, fuse_relu_depthwise, fuse_relu_conv, inplace_norm,
-                   lean_dilated, recompute, fold_residual)
+    summary = changes(model, fuse_separable, fuse_relu_depthwise, fuse_relu_conv, inplace_norm,
+                      lean_dilated, recompute, fold_residual)
     folded = {id(norm) for norm, _ in summary.folds.values()}
     multiplies = {id(multiply) for multiply, _, _ in summary.scaled.values()}
     new_layers, rebuilt = {}, []
@@ -114,7 +114,7 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         return Recompute(block, tail=tail, name=name)
 
     def run(nodes, tensors, blocks):
-        """Builds `nodes` from `tensors`; `blocks` (as `Plan.blocks`) are made whole."""
+        """Builds `nodes` from `tensors`; `blocks` (as `Changes.blocks`) are made whole."""
         inside_blocks = set().union(*(b[1] for b in blocks.values()))
         for node in nodes:
             if id(node) in blocks:

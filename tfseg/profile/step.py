@@ -36,7 +36,7 @@ class StepConfig:
       analyze: also return the static analysis of the traced step
         (`tfseg.profile.analysis.step_breakdown`).
       analyze_batches: more batch sizes for the analysis to estimate the peak at
-        (traced, not run), e.g. for the planner's slope.
+        (traced, not run), e.g. for the budget fit's per-sample slope (`tfseg.budget.fit`).
       run_steps: False: only estimate, run nothing (`tfseg.profile.measure`:
         the step is traced and analysed, and the result's base and peak are the
         static estimates).

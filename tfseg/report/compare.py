@@ -1,12 +1,12 @@
 """The report itself: every variant measured side by side, accounted and written."""
 
-from tfseg import plan as plan_lib
-from tfseg.plan import fit as planner
+from tfseg import budget as budget_lib
+from tfseg.budget import fit as fit_lib
 from tfseg.profile.measure import measure_repeats
 from tfseg.profile.step import VARIANTS
 from tfseg.report import render
 from tfseg.report.config import PER_VARIANT, variant_step
-from tfseg.report.verify import plan
+from tfseg.report.verify import max_sizes
 
 
 def _common_config(step):
@@ -21,7 +21,7 @@ def entry(m):
     a = m["analysis"]
     kept_total = max(1, a["kept_bytes"])
     by_batch = {int(b): v for b, v in a["estimated_peak_by_batch"].items()}
-    per_sample, slope_from = planner.per_sample_slope(m)
+    per_sample, slope_from = fit_lib.per_sample_slope(m)
     state = a["parameter_bytes"] + a["gradient_bytes"] + a["optimizer_state_bytes"]
     return {
         "recompute_blocks": list(m["recompute_blocks"]),
@@ -56,11 +56,12 @@ def entry(m):
 
 
 def frontier(config, device, log=print):
-    """The training planner's frontier at the report's size, every plan estimated, and
-    the fastest whose estimate fits the budget (`--mode=train` would verify it)."""
-    budget = int(config.memory_budget_gb * plan_lib.GB)
-    overhead = plan_lib.overhead_bytes(config.device_overhead_gb, device.startswith("GPU"))
-    points = plan_lib.estimate_frontier(config.step.replace(timed_steps=0), log)
+    """The frontier of training plans (`tfseg.budget`) at the report's size, every plan
+    estimated, and the fastest whose estimate fits the budget (`--mode=train` would
+    verify it)."""
+    budget = int(config.memory_budget_gb * budget_lib.GB)
+    overhead = budget_lib.overhead_bytes(config.device_overhead_gb, device.startswith("GPU"))
+    points = budget_lib.estimate_frontier(config.step.replace(timed_steps=0), log)
     fitting = [p["name"] for p in points if p["predicted_bytes"] <= budget - overhead]
     return {"budget_bytes": budget, "overhead_bytes": overhead, "points": list(points),
             "fastest_fitting": fitting[0] if fitting else None}
@@ -96,7 +97,7 @@ def run(config, log=print):
         v["ratio_to_stock"] = (v["measured_peak_bytes"] / stock["measured_peak_bytes"]
                                if stock else None)
     if config.memory_budget_gb:
-        report["plan"] = plan(config, measured, log)
+        report["max_sizes"] = max_sizes(config, measured, log)
         if config.frontier:
             report["frontier"] = frontier(config, report["device"], log)
     render.write(report, config.out_dir)

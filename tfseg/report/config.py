@@ -20,13 +20,13 @@ class ReportConfig:
       repeats: fresh processes per variant.
       recompute_blocks: the backbone blocks the "recompute" variant recomputes
         (None: `tfseg.models.xception.DEFAULT_RECOMPUTE`).
-      memory_budget_gb: plan the largest batch and square crop under this budget
-        in GiB (None: no planner).
-      frontier: with a budget, also estimate every plan of the training planner's
-        frontier (`tfseg.plan.estimate_frontier`) and which would fit.
+      memory_budget_gb: predict the largest batch and square crop under this budget
+        in GiB (None: none).
+      frontier: with a budget, also estimate every training plan of the frontier
+        (`tfseg.budget.estimate_frontier`) and which would fit.
       device_overhead_gb: the part of the budget outside the allocator
-        (`tfseg.plan.overhead_bytes`: -1 for the device's default).
-      verify_plan: measure the planned sizes for real.
+        (`tfseg.budget.overhead_bytes`: -1 for the device's default).
+      verify_sizes: measure the predicted largest sizes for real.
       max_verify_seconds: skip (and record as skipped) a verification run whose
         estimated cost is above this: the variant's own run, its step time scaled
         by the size ratio.
@@ -41,7 +41,7 @@ class ReportConfig:
     memory_budget_gb: float = None
     frontier: bool = False
     device_overhead_gb: float = -1.0
-    verify_plan: bool = True
+    verify_sizes: bool = True
     max_verify_seconds: float = 300.0
     max_verify_runs: int = 6
     out_dir: str = "report"
@@ -53,8 +53,8 @@ PER_VARIANT = ("variant", "recompute_blocks", "analyze", "analyze_batches", "bui
 
 def variant_step(config, name):
     """The `StepConfig` that variant `name` of `config` measures: analysed, and,
-    when there is a budget to plan for, also traced at twice the batch (the
-    planner's per-sample slope).
+    when there is a budget to fit, also traced at twice the batch (the budget fit's
+    per-sample slope).
 
     Args:
       config: a `ReportConfig`.

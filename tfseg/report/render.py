@@ -55,12 +55,13 @@ def table(report):
     for part in PARTS + ("allocator",):
         cells = "".join(f"{v['peak_by_part_bytes'].get(part, 0) / MIB:>15.1f}" for v in report["variants"].values())
         rows.append(f"{part:<16}{cells}")
-    plan = report.get("plan")
-    if plan:
+    sizes = report.get("max_sizes")
+    if sizes:
         rows.append("")
-        rows.append(f"planner, budget {plan['budget_gb']} GB at {report['config']['height']}x"
-                    f"{report['config']['width']} (totals include the base):")
-        for name, p in plan["variants"].items():
+        size = f"{report['config']['height']}x{report['config']['width']}"
+        rows.append(f"largest sizes, budget {sizes['budget_gb']} GB at {size} "
+                    f"(totals include the base):")
+        for name, p in sizes["variants"].items():
             rows.append(f"  {name:<15} predicted max batch {p['max_batch']:>3}, square crop at batch 1 "
                         f"{p['max_square_crop']:>5}")
             check = p.get("verified")
@@ -80,7 +81,7 @@ def table(report):
 
 
 def frontier_rows(frontier):
-    """The training planner's frontier: one row per plan, fastest first."""
+    """The frontier of training plans: one row per plan, fastest first."""
     if not frontier:
         return []
     room = frontier["budget_bytes"] - frontier["overhead_bytes"]

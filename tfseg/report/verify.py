@@ -1,9 +1,10 @@
-"""The planner's predictions per variant, checked by measuring the planned sizes."""
+"""The largest batch and crop per variant under the budget (`tfseg.budget.fit`),
+checked by measuring those sizes."""
 
 import dataclasses
 
+from tfseg.budget import fit as fit_lib
 from tfseg.profile.measure import OutOfMemory, measure
-from tfseg.plan import fit as planner
 from tfseg.report.config import variant_step
 
 
@@ -117,9 +118,9 @@ def _verify_crop(verifier, f, budget, output_stride):
     }
 
 
-def plan(config, measured, log=print):
-    """Predicts the largest batch and square crop per variant (`planner.fit`); then,
-    if `verify_plan`, measures them for real, each run only when its estimated
+def max_sizes(config, measured, log=print):
+    """Predicts the largest batch and square crop per variant (`fit_lib.fit`); then,
+    if `verify_sizes`, measures them for real, each run only when its estimated
     cost is under `max_verify_seconds`, at most `max_verify_runs` a variant.
 
     Args:
@@ -127,21 +128,21 @@ def plan(config, measured, log=print):
       measured: {variant: its `tfseg.profile.measure.measure_repeats` result}.
       log: called with a line before each verification run.
 
-    Returns the report's "plan" dict.
+    Returns the report's "max_sizes" dict.
     """
     budget = int(config.memory_budget_gb * 2**30)
     output_stride = config.step.run.model.output_stride
     result = {"budget_gb": config.memory_budget_gb, "budget_bytes": budget,
               "max_verify_seconds": config.max_verify_seconds, "variants": {}}
     for name, m in measured.items():
-        f = planner.fit(m, budget, output_stride)
+        f = fit_lib.fit(m, budget, output_stride)
         entry = dataclasses.asdict(f)
         entry["predicted_total_bytes"] = {
             "max_batch": f.total_bytes(f.max_batch),
             "max_batch_plus_one": f.total_bytes(f.max_batch + 1),
             "max_square_crop": f.total_bytes(1, f.max_square_crop**2 / (m["height"] * m["width"])),
         }
-        if config.verify_plan:
+        if config.verify_sizes:
             verifier = _Verifier(config, name, m, log)
             if f.max_batch >= 1:
                 entry["verified"] = _verify_batch(verifier, f, budget)

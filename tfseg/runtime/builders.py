@@ -11,7 +11,7 @@ from tfseg.config.budget import GB, overhead_bytes
 from tfseg.config.names import BUILTIN_BACKBONE
 from tfseg.errors import InputError
 from tfseg.models import application_backbone, deeplab_v3_plus
-from tfseg.split import plan as split_plan
+from tfseg.split import cuts
 
 
 class WarmupPolyDecay(keras.optimizers.schedules.LearningRateSchedule):
@@ -131,23 +131,23 @@ def split(config, model_, loss_fn, log=print):
         raise InputError(f"--model_devices: {len(devices)} devices for the {len(parts)} parts "
                          f"of {model_.name}; give at most {len(parts)}")
     (height, width), batch = config.data.crop_size, config.data.batch_size
-    kept = split_plan.kept_by_layer(model_, tf.TensorSpec((batch, height, width, 3)),
-                                    tf.TensorSpec((batch, height, width), tf.int32), loss_fn)
-    loads = split_plan.balance(
-        split_plan.part_costs(parts, kept, slots=1 if config.optim.momentum else 0), devices)
+    kept = cuts.kept_by_layer(model_, tf.TensorSpec((batch, height, width, 3)),
+                              tf.TensorSpec((batch, height, width), tf.int32), loss_fn)
+    loads = cuts.balance(
+        cuts.part_costs(parts, kept, slots=1 if config.optim.momentum else 0), devices)
     room = 0
     if run.memory_budget_gb:
         gpu = all("GPU" in device for device in devices)
         room = int(run.memory_budget_gb * GB) - overhead_bytes(run.device_overhead_gb, gpu)
     log(f"{model_.name} split across {len(devices)} devices, {len(parts)} parts:")
-    for line in split_plan.describe(loads, room, batch):
+    for line in cuts.describe(loads, room, batch):
         log(f"  {line}")
     over = [load for load in loads if room and load.peak > room]
     if over:
         raise InputError(f"--memory_budget_gb: {over[0].device} is predicted to need "
                          f"{over[0].peak / GB:.2f} GiB, over the {room / GB:.2f} GiB left of "
                          f"{run.memory_budget_gb:g}; add a device, or lower the batch or crop")
-    return split_lib.place(model_, parts, split_plan.assignment(loads))
+    return split_lib.place(model_, parts, cuts.assignment(loads))
 
 
 def decayed_kernels(model_):

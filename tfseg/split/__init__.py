@@ -1,5 +1,5 @@
 """A network too big for one device: its consecutive parts on several (plain model
-parallelism with TF's own placement), and the planner that chooses the cuts.
+parallelism with TF's own placement), and `cuts`, which chooses where to cut it.
 
 Below ``tfseg.training`` (whose step takes the gradients of a placed model on the
 devices of its layers) and ``tfseg.runtime``; above ``tfseg.memory``.

@@ -1,13 +1,14 @@
 """`--memory_budget_gb` for training: the fastest plan that fits the card.
 
 The budget is the card's memory; the device's own overhead is taken off first
-(`tfseg.config.budget.overhead_bytes`). Then each plan of the frontier (`tfseg.plan.frontier`) is
-predicted by the static estimate of its step (traced in a fresh process, never
-run: `tfseg.profile.measure` with `run_steps=False`): weights, optimizer state and
-the batch, plus the simulated peak. Each plan runs longer than the one before it,
-so the fastest that fits is the first, in frontier order, that fits. Where the
-budget is tight, a prediction within `MARGIN` of it either way (the simulator's
-accuracy), one measured step in a fresh process decides instead.
+(`tfseg.config.budget.overhead_bytes`). Then each plan of the frontier
+(`tfseg.budget.frontier`) is predicted by the static estimate of its step (traced in
+a fresh process, never run: `tfseg.profile.measure` with `run_steps=False`):
+weights, optimizer state and the batch, plus the simulated peak. Each plan runs
+longer than the one before it, so the fastest that fits is the first, in frontier
+order, that fits. Where the budget is tight, a prediction within `MARGIN` of it
+either way (the simulator's accuracy), one measured step in a fresh process decides
+instead.
 """
 
 import dataclasses
@@ -15,8 +16,8 @@ import dataclasses
 from tfseg.config import Config
 from tfseg.config.budget import GB, overhead_bytes
 from tfseg.errors import InputError
-from tfseg.plan import fit as fit_lib
-from tfseg.plan.frontier import Plan, candidates, frontier
+from tfseg.budget import fit as fit_lib
+from tfseg.budget.frontier import Plan, candidates, frontier
 from tfseg.profile import measure as measure_lib
 from tfseg.profile.step import StepConfig
 

@@ -6,8 +6,8 @@ import functools
 import pytest
 
 from tfseg.errors import InputError
-from tfseg.plan import choose
-from tfseg.plan.choose import replica_config
+from tfseg.budget import choose
+from tfseg.budget.choose import replica_config
 from tfseg.profile.measure import measure
 from tfseg.profile.step import StepConfig
 

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from tfseg.config import Config
-from tfseg.plan import (GB, GPU_OVERHEAD_GB, Candidate, Choice, Plan, candidates, frontier,
-                        overhead_bytes, saved_choice)
+from tfseg.budget import (GB, GPU_OVERHEAD_GB, Candidate, Choice, Plan, candidates, frontier,
+                          overhead_bytes, saved_choice)
 
 
 def _costs():
