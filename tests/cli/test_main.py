@@ -99,6 +99,7 @@ BAD = {
     "class_devices_with_mirrored": (("--class_devices=CPU:0", "--strategy=mirrored"),
                                     "--class_devices: splits the head"),
     "class_shards_negative": (("--class_shards=-1",), "--class_shards: must be >= 0"),
+    "empty_model_dir": (("--mode=eval", "--model_dir="), "--model_dir: is empty"),
 }
 
 

@@ -5,6 +5,7 @@ classes."""
 
 import os
 import pkgutil
+import re
 import sys
 
 import numpy as np
@@ -103,3 +104,25 @@ def test_no_data_set_falls_back_to_cityscapes_classes(name, tmp_path):
         return
     assert (names == cityscapes.CLASS_NAMES) == (name in ("cityscapes", "synthetic"))
     assert len(palette(config)) == len(names)
+
+
+def test_a_missing_data_folder_names_the_layout_and_the_docs_section(tmp_path):
+    missing = str(tmp_path / "no_such_dir")
+    with pytest.raises(InputError) as raised:
+        get_source(DataConfig(dataset="cityscapes", root=missing, split="val"))
+    assert str(raised.value) == (
+        f"--data_dir: {missing} not found; --dataset=cityscapes reads "
+        f"leftImg8bit/SPLIT/CITY/*_leftImg8bit.png and gtFine/SPLIT/CITY/*_gtFine_labelIds.png "
+        f"(download and layout: docs/datasets.md#cityscapes)")
+
+
+def test_every_reader_of_files_says_its_layout_and_its_docs_section_exists():
+    import pathlib
+
+    docs = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "datasets.md").read_text()
+    anchors = {re.sub(r"[^\w\- ]", "", line[3:].strip().lower()).replace(" ", "-")
+               for line in docs.splitlines() if line.startswith("## ")}
+    for name, reader in READERS.items():
+        if name == "synthetic":  # written on first use: never missing
+            continue
+        assert reader.layout and reader.docs in anchors, name

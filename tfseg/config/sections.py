@@ -290,6 +290,8 @@ class Run:
         one_of(self.strategy, STRATEGIES, "strategy")
         one_of(self.dtype_policy, DTYPE_POLICIES, "dtype_policy")
         one_of(self.output_format, OUTPUT_FORMATS, "output_format")
+        check(self.model_dir.strip(), "model_dir", "is empty; give the run's folder "
+              "(default: runs/synthetic)")
         for name in ("checkpoint_every", "keep_checkpoints", "log_every", "max_skipped_updates",
                      "tfrecord_shards", "report_repeats"):
             check(getattr(self, name) >= 1, name, "must be >= 1")

@@ -80,14 +80,14 @@ def read_class_names(path):
             if any(c.strip() for c in row)]
     header = [c.lower() for c in rows[0]] if rows else []
     if "name" not in header:
-        raise InputError(f"tfseg: no Name column in {path}")
+        raise InputError(f"no Name column in {path}")
     column = header.index("name")
     try:
         names = tuple(row[column].split(",")[0].strip() for row in rows[1:])
     except IndexError:
-        raise InputError(f"tfseg: a row without a name in {path}") from None
+        raise InputError(f"a row without a name in {path}") from None
     if len(names) != NUM_CLASSES or not all(names):
-        raise InputError(f"tfseg: {path} must name {NUM_CLASSES} classes, one per row; "
+        raise InputError(f"{path} must name {NUM_CLASSES} classes, one per row; "
                          f"it has {len(names)} rows")
     return names
 
@@ -116,7 +116,10 @@ def files(root, split, missing_ok=False):
         "annotation for " + image, missing_ok)) for image in images)
 
 
-@register_reader("ade20k", classes=lambda root, split: (class_names(root), PALETTE))
+@register_reader("ade20k", classes=lambda root, split: (class_names(root), PALETTE),
+                 layout="images/{training,validation}/*.jpg and "
+                        "annotations/{training,validation}/*.png",
+                 docs="ade20k-sceneparsing-150-classes")
 def source(root, split, missing_ok=False):
     """The split as a ``Source`` (150 classes, 0 = other -> 255); ``missing_ok`` as
     ``files``."""

@@ -44,15 +44,15 @@ def read_class_dict(path):
             if len(rgb) != 3 or not all(0 <= v <= 255 for v in rgb):
                 raise ValueError
         except (ValueError, IndexError):
-            raise InputError(f"tfseg: bad row {row!r} in {path}") from None
+            raise InputError(f"bad row {row!r} in {path}") from None
         (ignored if name.lower() in IGNORE_NAMES else colours).append(rgb)
         if name.lower() not in IGNORE_NAMES:
             names.append(name)
     every = colours + ignored
     if len(set(every)) != len(every):
-        raise InputError(f"tfseg: a colour is listed twice in {path}")
+        raise InputError(f"a colour is listed twice in {path}")
     if not names:
-        raise InputError(f"tfseg: no classes in {path}")
+        raise InputError(f"no classes in {path}")
     return (tuple(names), np.array(colours, np.uint8).reshape(-1, 3),
             np.array(ignored, np.uint8).reshape(-1, 3))
 
@@ -112,7 +112,9 @@ def classes(root, split=None):
     return read_class_dict(os.path.join(root, "class_dict.csv"))[:2]
 
 
-@register_reader("camvid", classes=classes)
+@register_reader("camvid", classes=classes,
+                 layout="class_dict.csv, SPLIT/*.png and SPLIT_labels/*_L.png",
+                 docs="camvid")
 def source(root, split, missing_ok=False):
     """The split as a ``Source``; classes and palette come from ``class_dict.csv``;
     ``missing_ok`` as ``files``."""

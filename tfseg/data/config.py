@@ -70,13 +70,13 @@ class DataConfig:
     def __post_init__(self):
         reader(self.dataset)  # an unknown name: one line listing the registered ones
         if min(self.crop_size) < 2:
-            raise InputError(f"tfseg: crop_size must be at least 2x2, got {self.crop_size}")
+            raise InputError(f"crop_size must be at least 2x2, got {self.crop_size}")
         if not 0 < self.scale_range[0] <= self.scale_range[1]:
-            raise InputError(f"tfseg: bad scale_range {self.scale_range}")
+            raise InputError(f"bad scale_range {self.scale_range}")
         if not self.cache_max_gb > 0:
-            raise InputError(f"tfseg: cache_max_gb must be > 0, got {self.cache_max_gb}")
+            raise InputError(f"cache_max_gb must be > 0, got {self.cache_max_gb}")
         if self.batch_size < 1:
-            raise InputError(f"tfseg: batch_size must be >= 1, got {self.batch_size}")
+            raise InputError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.data_service is not None and not self.data_service.startswith("grpc://"):
-            raise InputError(f"tfseg: data_service must look like grpc://HOST:PORT, "
+            raise InputError(f"data_service must look like grpc://HOST:PORT, "
                              f"got {self.data_service!r}")

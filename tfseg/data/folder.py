@@ -36,7 +36,7 @@ def _parse_line(line, path):
     except ValueError:
         rgb = None  # a name of four or more words
     if rgb is not None and not all(0 <= v <= 255 for v in rgb):
-        raise InputError(f"tfseg: colour out of 0-255 in line {line.strip()!r} of {path}")
+        raise InputError(f"colour out of 0-255 in line {line.strip()!r} of {path}")
     return " ".join(words[:-3] if rgb else words), rgb
 
 
@@ -48,20 +48,20 @@ def read_classes(path):
     for some classes only.
     """
     if not os.path.isfile(path):
-        raise InputError(f"tfseg: class list not found: {path} (one class name per line)")
+        raise InputError(f"class list not found: {path} (one class name per line)")
     with open(path, encoding="utf-8-sig") as f:
         rows = [_parse_line(line, path) for line in f if line.strip()]
     names = tuple(name for name, _ in rows)
     colours = [rgb for _, rgb in rows if rgb is not None]
     if not names:
-        raise InputError(f"tfseg: no classes in {path}")
+        raise InputError(f"no classes in {path}")
     if len(names) > IGNORE_LABEL:
-        raise InputError(f"tfseg: {len(names)} classes in {path}; at most {IGNORE_LABEL} "
+        raise InputError(f"{len(names)} classes in {path}; at most {IGNORE_LABEL} "
                          f"fit masks of 8 bits with {IGNORE_LABEL} = ignore")
     if len(set(names)) != len(names):
-        raise InputError(f"tfseg: a class is listed twice in {path}")
+        raise InputError(f"a class is listed twice in {path}")
     if colours and len(colours) != len(names):
-        raise InputError(f"tfseg: {path} gives R G B for some classes only; give it for "
+        raise InputError(f"{path} gives R G B for some classes only; give it for "
                          f"every class or for none")
     palette = np.array(colours, np.uint8) if colours else voc.color_map(len(names))
     return names, palette
@@ -74,7 +74,7 @@ def _by_stem(folder, extensions):
         stem, ext = os.path.splitext(name)
         if ext.lower() in extensions:
             if stem in found:
-                raise InputError(f"tfseg: two files named {stem} in {folder}: "
+                raise InputError(f"two files named {stem} in {folder}: "
                                  f"{os.path.basename(found[stem])} and {name}")
             found[stem] = os.path.join(folder, name)
     return found
@@ -106,8 +106,10 @@ def files(root, split, missing_ok=False):
     return tuple(pairs)
 
 
-@register_reader("folder", classes=lambda root, split: read_classes(
-    os.path.join(root, CLASS_FILE)))
+@register_reader("folder",
+                 classes=lambda root, split: read_classes(os.path.join(root, CLASS_FILE)),
+                 layout="classes.txt, SPLIT/images/* and SPLIT/masks/*.png",
+                 docs="a-folder-of-images-and-masks")
 def source(root, split, missing_ok=False):
     """The split as a ``Source``; classes and palette come from ``classes.txt``;
     ``missing_ok`` as ``files``."""

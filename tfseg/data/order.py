@@ -60,7 +60,7 @@ def full_batches(num_examples, batch_size):
     empty epochs would hang the run instead.
     """
     if num_examples < batch_size:
-        raise InputError(f"tfseg: training needs at least batch_size={batch_size} examples, "
+        raise InputError(f"training needs at least batch_size={batch_size} examples, "
                          f"the split has {num_examples}")
     return num_examples // batch_size * batch_size
 
@@ -69,7 +69,7 @@ def locate(start_batch, batch_size, per_epoch):
     """(epoch, position) of the first element of global batch ``start_batch`` in a stream
     of epochs of ``per_epoch`` elements each."""
     if start_batch < 0:
-        raise ValueError(f"tfseg: start_batch must be >= 0, got {start_batch}")
+        raise ValueError(f"start_batch must be >= 0, got {start_batch}")
     return divmod(start_batch * batch_size, per_epoch)
 
 

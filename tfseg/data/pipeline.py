@@ -40,8 +40,10 @@ def get_source(config):
 
     For "tfrecord" the pairs are empty and the classes come from the metadata.
     """
+    found = reader(config.dataset)
+    found.require_root(config.root)
     # With skip_bad_examples a missing file is one more bad pair, counted and skipped.
-    return reader(config.dataset).source(config.root, config.split, config.skip_bad_examples)
+    return found.source(config.root, config.split, config.skip_bad_examples)
 
 
 def class_names(config):
@@ -196,7 +198,7 @@ def build_dataset(config, training, stats=None, start_batch=0, epochs=None):
       with ``transforms.PAD_VALUE`` (label 255).
     """
     if stats is not None and config.data_service:
-        raise ValueError("tfseg: DataStats cannot count on tf.data service workers")
+        raise ValueError("DataStats cannot count on tf.data service workers")
     if training:
         seed = order.resolve_seed(config.seed)
         examples, seeds, finish = _train_examples(config, stats, seed, start_batch, epochs)

@@ -15,9 +15,11 @@ their own in their own module.
 """
 
 import dataclasses
+import os
 from typing import Callable, Optional
 
 from tfseg.config.names import one_of
+from tfseg.errors import InputError
 
 # name -> Reader, in the order the modules registered them.
 READERS = {}
@@ -35,12 +37,24 @@ class Reader:
         data set is on disk; None: those of ``source(root, split)``.
       records: the examples are TFRecord shards of ``tfseg.data.write_tfrecords``
         (``source`` gives no pairs), read by ``tfseg.data.tfrecords``, not image files.
+      layout: what ROOT holds, in a few words, for the message when it is missing.
+      docs: the anchor of its section in docs/datasets.md (download and layout).
     """
 
     name: str
     source: Callable
     classes: Optional[Callable] = None
     records: bool = False
+    layout: str = ""
+    docs: str = ""
+
+    def require_root(self, root):
+        """``InputError`` of one line when the data folder ``root`` is missing: the
+        folder, the layout the reader expects, and where to read how to get it."""
+        if self.layout and not os.path.isdir(root):
+            raise InputError(f"--data_dir: {root} not found; --dataset={self.name} reads "
+                             f"{self.layout} (download and layout: docs/datasets.md"
+                             f"#{self.docs})")
 
     def class_info(self, root, split):
         """(class names tuple, palette) of the split, e.g. ``reader("voc").class_info(
@@ -52,7 +66,7 @@ class Reader:
         return tuple(names), palette
 
 
-def register_reader(name, classes=None, records=False):
+def register_reader(name, classes=None, records=False, layout="", docs=""):
     """A decorator that registers ``source(root, split, missing_ok=False)`` as the reader
     of data set ``name``, and returns it unchanged.
 
@@ -62,7 +76,7 @@ def register_reader(name, classes=None, records=False):
       classes: ``classes(root, split)`` -> (names, palette) without the images, or the
         constant (names, palette) of a fixed class list; None: ``source``'s (which may
         list the files). ``Reader`` says more.
-      records: see ``Reader``.
+      records, layout, docs: see ``Reader``.
 
     Example::
 
@@ -75,9 +89,9 @@ def register_reader(name, classes=None, records=False):
 
     def register(source):
         if name in READERS:
-            raise ValueError(f"tfseg: two readers registered as {name!r}: "
+            raise ValueError(f"two readers registered as {name!r}: "
                              f"{_where(READERS[name].source)} and {_where(source)}")
-        READERS[name] = Reader(name, source, classes, records)
+        READERS[name] = Reader(name, source, classes, records, layout, docs)
         return source
 
     return register

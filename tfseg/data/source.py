@@ -52,7 +52,7 @@ def as_int32(label):
 def require_dir(path):
     """Raise FileNotFoundError naming ``path`` unless it is a directory."""
     if not os.path.isdir(path):
-        raise FileNotFoundError(f"tfseg: data folder not found: {path}")
+        raise FileNotFoundError(f"data folder not found: {path}")
     return path
 
 
@@ -60,14 +60,14 @@ def require_file(path, role="file", missing_ok=False):
     """Raise FileNotFoundError naming ``path`` unless it is a file, or ``missing_ok``
     (``skip_bad_examples``: the decode stage then counts and skips its pair)."""
     if not missing_ok and not os.path.isfile(path):
-        raise FileNotFoundError(f"tfseg: {role} not found: {path}")
+        raise FileNotFoundError(f"{role} not found: {path}")
     return path
 
 
 def require_pairs(pairs, where):
     """Raise ValueError naming ``where`` when a split has no examples."""
     if not pairs:
-        raise InputError(f"tfseg: no examples found in {where}")
+        raise InputError(f"no examples found in {where}")
     return tuple(pairs)
 
 

@@ -118,9 +118,9 @@ def write_synthetic_cityscapes(root, num_train=40, num_val=10, height=128, width
             existing = json.load(f)
         if existing == params:
             return root
-        raise InputError(f"tfseg: {root} holds a synthetic set made with {existing}, not {params}")
+        raise InputError(f"{root} holds a synthetic set made with {existing}, not {params}")
     if min(height, width) < 32:
-        raise InputError(f"tfseg: synthetic images must be at least 32x32, got {height}x{width}")
+        raise InputError(f"synthetic images must be at least 32x32, got {height}x{width}")
     # Written to a staging folder and renamed into place, so that processes starting
     # together (the workers of a multi-worker run) never read or write a half set.
     parent = os.path.dirname(os.path.abspath(root))
@@ -139,6 +139,11 @@ def write_synthetic_cityscapes(root, num_train=40, num_val=10, height=128, width
 def source(root, split, missing_ok=False):
     """The default set (``write_synthetic_cityscapes(root)``, written unless complete
     there) as a Cityscapes ``Source``; ``missing_ok`` as ``cityscapes.files``."""
+    if not os.path.isfile(os.path.join(root, MARKER)):
+        # The one run that writes it says so: the folder is the user's to keep or delete.
+        print(f"writing the synthetic data set to {root}: 40 train and 10 val images of "
+              f"128x256 in the Cityscapes layout, {len(TRAIN_IDS)} of its "
+              f"{len(cityscapes.CLASS_NAMES)} classes (once; later runs read it)", flush=True)
     write_synthetic_cityscapes(root)
     return cityscapes.source(root, split, missing_ok)
 

@@ -116,12 +116,14 @@ def read_metadata(data_dir, split):
     """The ``{split}.json`` written by ``write_tfrecords``; names the file when missing."""
     path = os.path.join(data_dir, split + ".json")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"tfseg: TFRecord metadata not found: {path}")
+        raise FileNotFoundError(f"TFRecord metadata not found: {path}")
     with open(path) as f:
         return json.load(f)
 
 
-@register_reader("tfrecord", records=True)
+@register_reader("tfrecord", records=True,
+                 layout="SPLIT.json and SPLIT-*.tfrecord shards of --mode=convert",
+                 docs="tfrecords")
 def source(data_dir, split, missing_ok=False):
     """The split's classes and palette from its metadata, as a ``Source`` without pairs
     (the records are read by ``read_train_ids``); ``missing_ok`` is not needed here."""
@@ -135,7 +137,7 @@ def decoded_size(data_dir, split):
     label: 4 bytes a pixel), from the metadata."""
     meta = read_metadata(data_dir, split)
     if "pixels" not in meta:
-        raise InputError(f"tfseg: {os.path.join(data_dir, split + '.json')} has no pixel count "
+        raise InputError(f"{os.path.join(data_dir, split + '.json')} has no pixel count "
                          f"(written by an older tfseg?); convert the data again to cache it "
                          f"in memory, or cache on disk (cache=\"path/prefix\")")
     return meta["num_examples"], meta["pixels"] * 4
@@ -144,10 +146,10 @@ def decoded_size(data_dir, split):
 def shard_files(data_dir, split):
     """Sorted shard paths of a split; raises naming the folder when there are none."""
     if not os.path.isdir(data_dir):
-        raise FileNotFoundError(f"tfseg: data folder not found: {data_dir}")
+        raise FileNotFoundError(f"data folder not found: {data_dir}")
     shards = sorted(glob.glob(os.path.join(data_dir, f"{split}-*-of-*.tfrecord")))
     if not shards:
-        raise InputError(f"tfseg: no {split} TFRecord shards in {data_dir}")
+        raise InputError(f"no {split} TFRecord shards in {data_dir}")
     return shards
 
 
@@ -241,7 +243,7 @@ def _read(data_dir, split, training, seed, deterministic, label_dtype, skip_bad_
     sizes = meta.get("shard_sizes", {})
     for shard in shards:
         if os.path.basename(shard) not in sizes:
-            raise InputError(f"tfseg: {shard} has no record count in {split}.json "
+            raise InputError(f"{shard} has no record count in {split}.json "
                              f"(written by an older tfseg?); convert the data again")
     parse = parse_fn(meta["raw"], label_dtype)
     files = tf.data.Dataset.from_tensor_slices(

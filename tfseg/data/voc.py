@@ -65,7 +65,10 @@ def files(root, split, missing_ok=False):
                  for i in ids)
 
 
-@register_reader("voc", classes=(CLASS_NAMES, PALETTE))
+@register_reader("voc", classes=(CLASS_NAMES, PALETTE),
+                 layout="JPEGImages/, SegmentationClass/ and "
+                        "ImageSets/Segmentation/SPLIT.txt (it is VOCdevkit/VOC2012)",
+                 docs="pascal-voc-2012")
 def source(root, split, missing_ok=False):
     """The split as a ``Source`` (21 classes, 255 = border/ignore); ``missing_ok`` as
     ``files``."""
