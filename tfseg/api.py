@@ -56,7 +56,7 @@ def train(config=None, *, stop=None, log=print, **overrides):
     from tfseg.training import loop
 
     config, record = config_of(config, **overrides), None
-    # Split across devices, the budget is each device's: the split's own planner checks it.
+    # Split across devices, the budget is each device's: the split's cuts check it.
     if config.run.memory_budget_gb and not config.run.model_devices:
         config, record = fit_budget(config, log)
         if stop:

@@ -2,7 +2,7 @@
 the memory budget (``tfseg.budget``) and the split across devices (``tfseg.split``) read
 them the same way."""
 
-# --memory_budget_gb counts GiB, as the report's planner does and as cards are sized
+# --memory_budget_gb counts GiB, as the report does and as cards are sized
 # (an "11 GB" card has 11,264 MiB).
 GB = 2**30
 # Memory a GPU process holds outside TF's allocator, which the budget must leave:
