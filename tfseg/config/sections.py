@@ -259,6 +259,10 @@ class Run:
         "train_ids (NAME_label.png, one channel of class ids 0..C-1) or label_ids (NAME.png, "
         "Cityscapes label ids for its benchmark server; Cityscapes runs only).")
     export_dir: str = setting("", "export: output folder (default: MODEL_DIR/export).")
+    overwrite: bool = setting(False, "export/predict: replace a non-empty --export_dir or "
+                              "--output_dir that holds a previous export or predictions (the "
+                              "new one is built beside it and swapped in whole); without it, "
+                              "a non-empty folder is refused.")
     memory_budget_gb: float = setting(
         0.0, "The card's memory in GiB (2^30 bytes). train: run the fastest plan (stock, "
         "--memory_saving, then --recompute segments) whose step fits it, less "

@@ -7,7 +7,9 @@ per-format logic. Two storage modes:
   raw: decoded uint8 pixels; ~10x larger on disk but no decode at all, for
     when decode is the bottleneck and storage is cheap.
 A ``{split}.json`` next to the shards records the mode, record and pixel
-counts and class metadata.
+counts and class metadata. A split's shards and its JSON are written whole, renamed into
+place together (the JSON last), replacing the split's previous shards
+(``tfseg.data.outputs``).
 """
 
 import glob
@@ -19,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfseg.data.decode import decode_image, pairs_dataset, pairs_to_examples
+from tfseg.data.outputs import require_folder, staged
 from tfseg.data.registry import register_reader
 from tfseg.data.source import Source
 from tfseg.data.stats import DataStats
@@ -54,7 +57,7 @@ def write_tfrecords(source, out_dir, split, num_shards=4, raw=False, skip_bad_ex
 
     Args:
       source: a ``Source`` (e.g. ``cityscapes.source(root, "train")``).
-      out_dir: output folder (created).
+      out_dir: output folder (created); its other splits and files are left alone.
       split: name used for the shard files and metadata.
       num_shards: number of files (capped at the number of examples).
       raw: store decoded pixels instead of encoded bytes.
@@ -62,7 +65,17 @@ def write_tfrecords(source, out_dir, split, num_shards=4, raw=False, skip_bad_ex
     Returns:
       The list of shard paths written.
     """
-    os.makedirs(out_dir, exist_ok=True)
+    require_folder(out_dir, "--tfrecord_dir")
+    with staged(out_dir, last=(split + ".json",)) as stage:
+        # The split's shards of an earlier conversion (another --tfrecord_shards) go too.
+        stage.remove(*(os.path.basename(p) for p in
+                       glob.glob(os.path.join(out_dir, f"{split}-*-of-*.tfrecord"))))
+        names = _write(source, stage.dir, split, num_shards, raw, skip_bad_examples)
+    return [os.path.join(out_dir, name) for name in names]
+
+
+def _write(source, out_dir, split, num_shards, raw, skip_bad_examples):
+    """``write_tfrecords`` into ``out_dir`` (a staging folder); the shards' names."""
     stats = DataStats()
     examples = pairs_to_examples(pairs_dataset(source.pairs), source, skip_bad_examples, stats,
                                  deterministic=True, keep_path=True)
@@ -109,7 +122,7 @@ def write_tfrecords(source, out_dir, split, num_shards=4, raw=False, skip_bad_ex
                        source=source.name, class_names=list(source.class_names),
                        palette=np.asarray(source.palette).tolist(),
                        conversion_stats=stats.as_dict()), f)
-    return shard_paths
+    return [os.path.basename(path) for path in shard_paths]
 
 
 def read_metadata(data_dir, split):

@@ -9,6 +9,7 @@ import time
 import tensorflow as tf
 
 from tfseg import data as data_lib
+from tfseg.data.outputs import staged
 from tfseg.errors import InputError
 from tfseg.evaluation.inference import InferenceConfig, Predictor
 from tfseg.evaluation.loading import load_model
@@ -116,11 +117,15 @@ def evaluate(config, log=print, stop=None):
         log(data_stats.summary(config.data.eval_split))
     out_dir = os.path.join(config.run.model_dir, EVAL_SUBDIR)
     try:
-        os.makedirs(out_dir, exist_ok=True)
-        with open(os.path.join(out_dir, EVAL_JSON), "w") as f:
-            json.dump(result, f, indent=2)
-        metrics.write_confusion_csv(os.path.join(out_dir, CONFUSION_CSV))
-        write_scalars(tf.summary.create_file_writer(out_dir), result, result["step"])
+        # All three files whole, renamed into place together (eval.json last); the
+        # TensorBoard events file is new each time, beside training's.
+        with staged(out_dir, last=(EVAL_JSON,)) as stage:
+            with open(stage.path(EVAL_JSON), "w") as f:
+                json.dump(result, f, indent=2)
+            metrics.write_confusion_csv(stage.path(CONFUSION_CSV))
+            writer = tf.summary.create_file_writer(stage.dir)
+            write_scalars(writer, result, result["step"])
+            writer.close()
     except (OSError, tf.errors.OpError) as error:
         reason = getattr(error, "strerror", None) or str(error).splitlines()[0]
         raise InputError(f"--model_dir: evaluated, but could not write {out_dir}: "

@@ -4,6 +4,7 @@ import os
 
 import tensorflow as tf
 
+from tfseg.data.outputs import replaced_folder, require_replaceable
 from tfseg.evaluation.loading import load_model
 from tfseg.models import normalize
 
@@ -34,14 +35,25 @@ def export(config, log=print):
     holds the same weights and none of the memory-saving twins. The SavedModel
     needs nothing but TensorFlow; ``model.keras`` needs ``import tfseg`` before
     ``keras.models.load_model`` (for ``tfseg.layers.ResizeLike``).
+
+    The export is built in a folder beside EXPORT_DIR and swapped in whole at the end.
+    A non-empty EXPORT_DIR needs ``--overwrite`` (``config.run.overwrite``), and then
+    must hold an export and nothing else.
+
+    Raises:
+      InputError: EXPORT_DIR is a file, is not empty (without --overwrite), holds
+        other files than an export's, or cannot be written.
     """
+    run = config.run
+    export_dir = run.export_dir or os.path.join(run.model_dir, "export")
+    require_replaceable(export_dir, "--export_dir", run.overwrite, "an export",
+                        lambda name: name in (SAVED_MODEL, KERAS_FILE))
     model, _, path, _ = load_model(config, stock=True, log=log)
-    export_dir = config.run.export_dir or os.path.join(config.run.model_dir, "export")
-    os.makedirs(export_dir, exist_ok=True)
     module = Segmenter(model)
-    tf.saved_model.save(module, os.path.join(export_dir, SAVED_MODEL),
-                        signatures={"serving_default": module.serve})
-    model.save(os.path.join(export_dir, KERAS_FILE))
+    with replaced_folder(export_dir, "--export_dir") as new:
+        tf.saved_model.save(module, os.path.join(new, SAVED_MODEL),
+                            signatures={"serving_default": module.serve})
+        model.save(os.path.join(new, KERAS_FILE))
     log(f"exported {path} to {export_dir}/{SAVED_MODEL} (signature serving_default: "
         f"uint8 image [1,H,W,3] -> int32 classes [1,H,W]) and {export_dir}/{KERAS_FILE}")
     return export_dir

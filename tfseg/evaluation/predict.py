@@ -20,6 +20,7 @@ import numpy as np
 from PIL import Image
 
 from tfseg.data import cityscapes
+from tfseg.data.outputs import replaced_folder, require_replaceable
 from tfseg.errors import InputError
 from tfseg.evaluation.evaluate import inference_config
 from tfseg.evaluation.inference import Predictor
@@ -69,16 +70,22 @@ _SUFFIXES = {"colour": ("_label", "_overlay"), "train_ids": ("_label",), "label_
 
 
 def _targets(paths, out_dir, output_format):
-    """[[output path per suffix] per input path]; refuses to overwrite an input (label_ids
-    keeps the stem, so a PNG input in the output folder would be replaced)."""
-    targets = []
+    """[[output path per suffix] per input path]; refuses an output folder that holds an
+    input (it is replaced as a whole), and two inputs of one stem (``a.png``, ``a.jpg``:
+    one would replace the other's output)."""
+    targets, sources = [], {}
     for path in paths:
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(out_dir) and os.path.samefile(folder, out_dir):
+            raise InputError(f"--output_dir: {out_dir} holds the input image {path}, and "
+                             f"predictions replace the folder as a whole; choose another "
+                             f"folder")
         stem = os.path.splitext(os.path.basename(path))[0]
         targets.append([os.path.join(out_dir, f"{stem}{s}.png") for s in _SUFFIXES[output_format]])
-        clash = [t for t in targets[-1] if os.path.exists(t) and os.path.samefile(t, path)]
-        if clash:
-            raise InputError(f"--output_dir: writing {clash[0]} would replace that input "
-                             f"image; choose another folder")
+        if targets[-1][0] in sources:
+            raise InputError(f"--input_path: {sources[targets[-1][0]]} and {path} would both "
+                             f"write {targets[-1][0]}; rename one")
+        sources[targets[-1][0]] = path
     return targets
 
 
@@ -97,33 +104,39 @@ def predict(config, log=print):
     """Writes the label PNGs of ``config.run.output_format`` (see the module) per input image.
 
     Returns the list of written paths. Output goes to ``config.output_dir``
-    (default ``MODEL_DIR/predictions``).
+    (default ``MODEL_DIR/predictions``): built in a folder beside it and swapped in
+    whole at the end. A non-empty output folder needs ``--overwrite``
+    (``config.run.overwrite``), and then must hold PNG files and nothing else.
 
     Raises:
-      InputError: no --input_path, an unreadable image, an output that would
-        replace an input, or an --output_format the model's classes do not allow.
+      InputError: no --input_path, an unreadable image, an output folder that is a
+        file, is not empty (without --overwrite), holds other files than PNGs or an
+        input, or an --output_format the model's classes do not allow.
     """
     run = config.run
     if not run.input_path:
         raise InputError("--input_path: required for --mode=predict (an image or a folder)")
     paths = list_images(run.input_path)
     out_dir = run.output_dir or os.path.join(run.model_dir, "predictions")
+    require_replaceable(out_dir, "--output_dir", run.overwrite, "a predict batch (PNG files)",
+                        lambda name: name.lower().endswith(".png")
+                        and os.path.isfile(os.path.join(out_dir, name)))
     targets = _targets(paths, out_dir, run.output_format)
     # The palette comes from the run's config.json: no data set needed.
     model, classes, _, config = load_model(config, log=log)
     _require_format(run.output_format, classes)
     predictor = Predictor(model, inference_config(config))
-    os.makedirs(out_dir, exist_ok=True)
     written = []
-    for path, outputs in zip(paths, targets):
-        try:
-            rgb = np.asarray(Image.open(path).convert("RGB"))
-        except OSError as error:
-            raise InputError(f"cannot read image {path}: {error}") from None
-        labels = predictor.classes(rgb[np.newaxis])[0].numpy()  # uint8 in: normalised inside
-        for target, pixels in zip(outputs, _outputs(run.output_format, rgb, labels,
-                                                    classes.palette)):
-            Image.fromarray(pixels).save(target)
-            written.append(target)
+    with replaced_folder(out_dir, "--output_dir") as new:
+        for path, outputs in zip(paths, targets):
+            try:
+                rgb = np.asarray(Image.open(path).convert("RGB"))
+            except OSError as error:
+                raise InputError(f"cannot read image {path}: {error}") from None
+            labels = predictor.classes(rgb[np.newaxis])[0].numpy()  # uint8 in: normalised inside
+            for target, pixels in zip(outputs, _outputs(run.output_format, rgb, labels,
+                                                        classes.palette)):
+                Image.fromarray(pixels).save(os.path.join(new, os.path.basename(target)))
+                written.append(target)
     log(f"wrote {len(written)} PNGs for {len(paths)} image(s) to {out_dir}")
     return written

@@ -2,6 +2,7 @@
 
 from tfseg import budget as budget_lib
 from tfseg.budget import fit as fit_lib
+from tfseg.data.outputs import require_folder
 from tfseg.profile.measure import measure_repeats
 from tfseg.profile.step import VARIANTS
 from tfseg.report import render
@@ -77,6 +78,7 @@ def run(config, log=print):
     Returns the report dict; writes report.json, report.md and parts.png to
     `config.out_dir`.
     """
+    require_folder(config.out_dir, "--report_dir")  # before minutes of measuring
     report = {"config": _common_config(config.step), "variants": {}}
     measured = {}
     for name in config.variants:

@@ -2,7 +2,8 @@
 
 import json
 import math
-import os
+
+from tfseg.data.outputs import staged
 
 MIB = 2**20
 # The static model replays TF's executor and allocator, not XLA's scheduler and buffer
@@ -171,11 +172,16 @@ def _strict(value):
 
 
 def write(report, out_dir):
-    os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "report.json"), "w") as f:
-        json.dump(_strict(report), f, indent=2, allow_nan=False)
-    with open(os.path.join(out_dir, "report.md"), "w") as f:
-        f.write(markdown(report))
-    chart(report, os.path.join(out_dir, "parts.png"))
-    if report.get("frontier"):
-        frontier_chart(report["frontier"], os.path.join(out_dir, "frontier.png"))
+    """report.json, report.md, parts.png (and frontier.png, or none) in ``out_dir``: each
+    file whole, renamed into place together, report.json last; the folder's other
+    files are left alone."""
+    with staged(out_dir, last=("report.json",)) as stage:
+        with open(stage.path("report.json"), "w") as f:
+            json.dump(_strict(report), f, indent=2, allow_nan=False)
+        with open(stage.path("report.md"), "w") as f:
+            f.write(markdown(report))
+        chart(report, stage.path("parts.png"))
+        if report.get("frontier"):
+            frontier_chart(report["frontier"], stage.path("frontier.png"))
+        else:
+            stage.remove("frontier.png")  # an older report's

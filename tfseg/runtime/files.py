@@ -7,6 +7,7 @@ import re
 
 import tensorflow as tf
 
+from tfseg.data.outputs import replaced_file
 from tfseg.errors import InputError
 
 CONFIG_FILE = "config.json"
@@ -95,15 +96,13 @@ def save_config(config, model_dir, **extra):
     """Writes the run's config, plus ``extra`` entries, as JSON next to the checkpoints.
 
     ``extra`` holds what predict and export need from the data set (class names,
-    palette), so that they run without it. Written atomically: a reader never sees
-    half a file.
+    palette), so that they run without it. Written whole (``replaced_file``): a reader
+    never sees half a file.
     """
     path = os.path.join(model_dir, CONFIG_FILE)
     try:
-        os.makedirs(model_dir, exist_ok=True)
-        with open(path + ".tmp", "w") as f:
+        with replaced_file(path) as new, open(new, "w") as f:
             json.dump({**json.loads(config.to_json()), **extra}, f, indent=2, sort_keys=True)
-        os.replace(path + ".tmp", path)
     except OSError as error:  # a write error names no file: name it
         raise InputError(f"--model_dir: could not write {path}: {error.strerror}") from None
     return path

@@ -1,0 +1,236 @@
+"""Outputs written whole, by every mode that writes files: each is built under a hidden
+staging folder in the folder it goes to, then renamed into place. A reader, or the next
+run, sees the old output or the new, never a mix or a torn file.
+
+Here, below every package that writes (``tfseg.data`` writes TFRecords), with no
+TensorFlow. ``staged`` is the one mechanism: ``replaced_file`` and ``replaced_folder``
+are its two common uses.
+
+Signals: where SIGTERM or SIGINT would end the process at once (their default handling:
+predict, export, convert and report run so), they end the write instead: one that
+arrives while an output is built removes what was built, one that arrives while it is
+renamed into place waits for the last rename; then the signal takes its usual course
+(the process ends with it). Where a handler of tfseg's own is in place (training and
+eval stop between steps), nothing changes: the write finishes. A kill -9 can leave a
+staging folder behind (``.tfseg-staging-PID-*``): the next write into that folder
+removes it, and puts back an entry that the kill caught between two renames.
+
+Example:
+    with replaced_folder("runs/x/export") as new:   # an empty folder beside the old one
+        write_everything_into(new)                  # swapped in as a whole at the end
+"""
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+
+from tfseg.errors import InputError
+
+STAGING_PREFIX = ".tfseg-staging-"
+_NEW, _OLD = "new", "old"
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_ACTIVE = set()  # this process's staging folders in use (a pid can outlive a container)
+
+
+class Interrupted(BaseException):
+    """A signal during a write (a BaseException, as KeyboardInterrupt: not an error that
+    code in between may handle)."""
+
+
+class _Guard:
+    """SIGTERM and SIGINT, where their handling is the default, end the write instead of
+    the process (see the module), then are delivered as they would have been."""
+
+    def __init__(self):
+        self.signum = None
+        self.hold = False  # True while renaming into place or cleaning up: no raising
+        self._previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in _SIGNALS:
+                if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
+                    self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        first = self.signum is None
+        self.signum = self.signum or signum
+        if first and not self.hold:
+            raise Interrupted(signal.Signals(signum).name)
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+        if self.signum is not None:
+            # Its usual course, now that the output is whole: the default handling ends
+            # the process (SIGINT raises KeyboardInterrupt).
+            sys.stdout.flush()
+            sys.stderr.flush()
+            signal.raise_signal(self.signum)
+        return False
+
+
+def _alive(pid):
+    if pid == os.getpid():
+        return False  # ours, but not in _ACTIVE: a previous life of this pid
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
+
+
+def _remove(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def clean_stale(folder):
+    """Removes the staging folders in ``folder`` of processes that are gone (a kill -9
+    during a write); an entry that such a kill left renamed away is put back first."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        root = os.path.join(folder, name)
+        if not name.startswith(STAGING_PREFIX) or root in _ACTIVE:
+            continue
+        pid = name[len(STAGING_PREFIX):].split("-")[0]
+        if pid.isdigit() and _alive(int(pid)):
+            continue
+        old = os.path.join(root, _OLD)
+        with contextlib.suppress(OSError):  # (another process cleaning it at once)
+            for entry in os.listdir(old) if os.path.isdir(old) else ():
+                if not os.path.lexists(os.path.join(folder, entry)):
+                    os.rename(os.path.join(old, entry), os.path.join(folder, entry))
+            _remove(root)
+
+
+class Stage:
+    """An empty folder (``dir``) whose entries, when the write ends, replace those of the
+    same names in ``folder``, one rename each."""
+
+    def __init__(self, folder, last=()):
+        self.folder = folder
+        self.last = tuple(last)
+        self._removed = []
+        self.created = not os.path.isdir(folder)
+        os.makedirs(folder, exist_ok=True)
+        clean_stale(folder)
+        self.root = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=folder)
+        _ACTIVE.add(self.root)
+        self.dir = os.path.join(self.root, _NEW)
+        os.mkdir(self.dir)
+        os.mkdir(os.path.join(self.root, _OLD))
+
+    def path(self, name):
+        """Where to build ``folder/name``."""
+        return os.path.join(self.dir, name)
+
+    def remove(self, *names):
+        """Entries of ``folder`` to remove with the commit (what the new output has not)."""
+        self._removed += names
+
+    def commit(self):
+        """Renames every built entry into place (those of ``last`` last); a folder, or an
+        entry whose kind changes, is first renamed away: a folder cannot be replaced."""
+        names = sorted(os.listdir(self.dir),
+                       key=lambda n: (self.last.index(n) + 1 if n in self.last else 0, n))
+        old = os.path.join(self.root, _OLD)
+        for name in names:
+            new, target = os.path.join(self.dir, name), os.path.join(self.folder, name)
+            if os.path.lexists(target) and (os.path.isdir(target) or os.path.isdir(new)):
+                os.rename(target, os.path.join(old, name))
+            os.replace(new, target)
+        for name in self._removed:
+            if name not in names and os.path.lexists(os.path.join(self.folder, name)):
+                os.rename(os.path.join(self.folder, name), os.path.join(old, name))
+
+    def close(self):
+        _remove(self.root)
+        _ACTIVE.discard(self.root)
+        if self.created:
+            with contextlib.suppress(OSError):  # a folder this write made, left empty
+                os.rmdir(self.folder)
+
+
+@contextlib.contextmanager
+def staged(folder, last=()):
+    """Yields a ``Stage`` for ``folder`` (created if missing): build the outputs in
+    ``stage.dir`` under their final names; when the block ends, they replace those of
+    ``folder``, names in ``last`` last. On an exception or a signal nothing in
+    ``folder`` changes (see the module on signals)."""
+    with _Guard() as guard:
+        guard.hold = True  # (a signal now would leave a staging folder that none removes)
+        stage = Stage(folder, last)
+        guard.hold = False
+        try:
+            if guard.signum is not None:
+                raise Interrupted(signal.Signals(guard.signum).name)
+            yield stage
+            guard.hold = True
+            if guard.signum is None:  # (a signal whose exception code in between swallowed)
+                stage.commit()
+        finally:
+            guard.hold = True
+            stage.close()
+
+
+@contextlib.contextmanager
+def replaced_file(path):
+    """Yields a path to write the new ``path`` to; renamed onto it at the end."""
+    with staged(os.path.dirname(path) or ".") as stage:
+        yield stage.path(os.path.basename(path))
+
+
+@contextlib.contextmanager
+def replaced_folder(path, flag=None):
+    """Yields a new empty folder beside ``path``, which replaces it as a whole at the end.
+    With ``flag``, an ``OSError`` is an ``InputError`` naming it and ``path``."""
+    try:
+        with staged(os.path.dirname(os.path.abspath(path))) as stage:
+            new = stage.path(os.path.basename(os.path.abspath(path)))
+            os.mkdir(new)
+            yield new
+    except OSError as error:
+        if flag is None:
+            raise
+        raise InputError(f"{flag}: could not write {path}: {error.strerror or error}") from None
+
+
+def require_folder(path, flag):
+    """Raises ``InputError`` naming ``flag`` when ``path`` or a folder above it is a file."""
+    above = os.path.abspath(path)
+    while not os.path.lexists(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        what = "" if above == os.path.abspath(path) else f" (in the way of {path})"
+        raise InputError(f"{flag}: {above} is a file, not a folder{what}")
+
+
+def require_replaceable(path, flag, overwrite, kind, belongs):
+    """Raises ``InputError`` naming ``flag`` unless ``path`` may be replaced as a whole:
+    missing or empty; or, with ``overwrite``, holding nothing but entries that
+    ``belongs(name)`` says are ``kind``'s (so that a mistyped folder is never wiped)."""
+    require_folder(path, flag)
+    names = sorted(n for n in os.listdir(path) if not n.startswith(STAGING_PREFIX)) \
+        if os.path.isdir(path) else []
+    if names and not overwrite:
+        raise InputError(f"{flag}: {path} is not empty; pass --overwrite to replace it "
+                         f"(or choose another folder)")
+    foreign = [n for n in names if not belongs(n)]
+    if foreign:
+        raise InputError(f"{flag}: {path} holds {foreign[0]}, which is not part of {kind}; "
+                         f"--overwrite replaces only a folder that holds nothing else: "
+                         f"choose another folder")
