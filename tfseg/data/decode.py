@@ -15,14 +15,18 @@ cannot catch exceptions. Two ways around that, both made of tf.data ops only
   every bad pair is named, logged and counted (~10 ms more per pair).
 
 Accepted inputs, by decision:
-  images: JPEG/PNG/GIF/BMP; grayscale is replicated to RGB, RGBA drops alpha,
-    16-bit PNG is scaled to 8 bits (all three are common and unambiguous).
+  images: as predict reads them (``tfseg.evaluation.images``; docs/datasets.md): JPEG
+    (CMYK too) with the accurate integer IDCT, as libjpeg's default in PIL; PNG, GIF,
+    WebP; BMP of 24/32 bits or 8-bit uncompressed. Gray is repeated into RGB, alpha is
+    dropped, a palette gives its colours, 16-bit is scaled (the high byte), an animation
+    gives its first frame. Anything else is refused, naming the file.
   labels: must satisfy the source's ``label_format_ok`` (id labels: 1-8 bit
     grayscale or palette PNG; colour labels: 8-bit RGB/RGBA/palette PNG).
     RGB id labels or 16-bit labels are rejected with an error naming the
     file: guessing how to squeeze them into class ids would hide real bugs.
 """
 
+import os
 import sys
 
 import tensorflow as tf
@@ -43,9 +47,33 @@ def _try(fn, arg, fallback):
     return attempt.concatenate(failed).take(1).get_single_element()
 
 
+def _bmp(contents):
+    """A BMP's pixels. TF's decoder gives an 8-bit one's colour indices, so these are looked
+    up in its colour table (the 256 BGRX entries after the info header, zero-padded); a
+    compressed one (RLE, whose bytes TF would read as pixels) and the old 12-byte header
+    are refused."""
+    head = tf.strings.join([tf.strings.substr(contents, 0, 50), b"\0" * 50])
+    info, bits, compression = (
+        tf.cast(tf.io.decode_raw(tf.strings.substr(head, offset, dtype.size), dtype)[0], tf.int32)
+        for offset, dtype in ((14, tf.int32), (28, tf.uint16), (30, tf.int32)))
+    ok = (info >= 40) & (tf.not_equal(bits, 8) | tf.equal(compression, 0))
+    with tf.control_dependencies([tf.debugging.Assert(ok, ["unsupported BMP"])]):
+        pixels = tf.io.decode_bmp(contents)  # channels: 1 (8-bit), 3 or 4
+    table = tf.strings.join([tf.strings.substr(contents, 14 + info, 1024), b"\0" * 1024])
+    table = tf.reshape(tf.io.decode_raw(tf.strings.substr(table, 0, 1024), tf.uint8), [256, 4])
+    colours = tf.gather(table[:, 2::-1], tf.cast(pixels[..., 0], tf.int32))
+    return tf.where(tf.equal(bits, 8), colours, pixels[..., :3])
+
+
 def decode_image(contents):
     """Encoded image bytes -> uint8 [H, W, 3] (see module docstring for conversions)."""
-    return tf.io.decode_image(contents, channels=3, dtype=tf.uint8, expand_animations=False)
+    image = tf.cond(
+        tf.io.is_jpeg(contents),
+        lambda: tf.io.decode_jpeg(contents, channels=3, dct_method="INTEGER_ACCURATE"),
+        lambda: tf.cond(tf.equal(tf.strings.substr(contents, 0, 2), b"BM"),
+                        lambda: _bmp(contents), lambda: tf.io.decode_image(
+                            contents, channels=3, dtype=tf.uint8, expand_animations=False)))
+    return tf.ensure_shape(image, [None, None, 3])
 
 
 def _size(t):
@@ -61,6 +89,7 @@ def _diagnose(image_path, label_path, source, image_shape=None, label_shape=None
     format_ok = read_ok & source.label_format_ok(png.header(contents))
     (label, _), label_ok = _try(source.decode_label, contents,
                                 (tf.zeros([0, 0], tf.int32), tf.constant(0)))
+    image_path, label_path = _shown(image_path), _shown(label_path)
     return tf.where(
         ~image_ok, tf.strings.join(["cannot read or decode image file ", image_path]),
         tf.where(~read_ok, tf.strings.join(["cannot read label file ", label_path]),
@@ -78,8 +107,14 @@ def _mismatch_message(image_path, label_path, image, label):
 
 
 def _size_message(image_path, label_path, image, label):
-    return tf.strings.join(["image ", image_path, " is ", _size(image), " but label ",
-                            label_path, " is ", _size(label)])
+    return tf.strings.join(["image ", _shown(image_path), " is ", _size(image), " but label ",
+                            _shown(label_path), " is ", _size(label)])
+
+
+def _shown(path):
+    """``path`` for a message, which must be UTF-8 (TF's Python errors decode theirs): the
+    bytes of a name that is not become U+FFFD."""
+    return tf.strings.unicode_transcode(path, "UTF-8", "UTF-8", errors="replace")
 
 
 def _decode(image_path, label_path, source, decode_label):
@@ -243,6 +278,11 @@ def pairs_to_examples(pairs_ds, source, skip_bad_examples=False, stats=None,
 
 
 def pairs_dataset(pairs):
-    """A dataset of ``(image_path, label_path)`` string scalars from a list of pairs."""
+    """A dataset of ``(image_path, label_path)`` string scalars from a list of pairs.
+
+    Paths go in as the file system's bytes: a name that is not UTF-8 (``os.listdir``'s
+    str with a surrogate) would not convert to a tf.string.
+    """
     images, labels = zip(*pairs)
-    return tf.data.Dataset.from_tensor_slices((list(images), list(labels)))
+    return tf.data.Dataset.from_tensor_slices(([os.fsencode(p) for p in images],
+                                               [os.fsencode(p) for p in labels]))

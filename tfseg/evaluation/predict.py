@@ -23,6 +23,7 @@ from tfseg.data import cityscapes
 from tfseg.data.outputs import replaced_folder, require_replaceable
 from tfseg.errors import InputError
 from tfseg.evaluation.evaluate import inference_config
+from tfseg.evaluation.images import read_rgb
 from tfseg.evaluation.inference import Predictor
 from tfseg.evaluation.loading import load_model
 from tfseg.runtime.summaries import colourise
@@ -129,10 +130,7 @@ def predict(config, log=print):
     written = []
     with replaced_folder(out_dir, "--output_dir") as new:
         for path, outputs in zip(paths, targets):
-            try:
-                rgb = np.asarray(Image.open(path).convert("RGB"))
-            except OSError as error:
-                raise InputError(f"cannot read image {path}: {error}") from None
+            rgb = read_rgb(path)
             labels = predictor.classes(rgb[np.newaxis])[0].numpy()  # uint8 in: normalised inside
             for target, pixels in zip(outputs, _outputs(run.output_format, rgb, labels,
                                                         classes.palette)):
