@@ -20,10 +20,8 @@ from tfseg.data.feed import iterate
 from tfseg.errors import InputError
 from tfseg.evaluation.images import read_rgb
 
-
 def _decode(path):
     return run_eager_and_in_map(lambda p: decode_image(tf.io.read_file(p)), path)
-
 
 @pytest.mark.parametrize("kind", sorted(twins.KINDS))
 def test_each_kind_is_decoded_as_its_twin_and_as_predict_reads_it(tmp_path, kind):
@@ -33,14 +31,12 @@ def test_each_kind_is_decoded_as_its_twin_and_as_predict_reads_it(tmp_path, kind
         assert np.abs(image.astype(int) - twin).max() <= tolerance
         np.testing.assert_array_equal(image, read_rgb(path))
 
-
 def test_16_bit_values_are_scaled_by_dropping_the_low_byte(tmp_path):
     values = np.arange(0, 65536, 64, dtype=np.uint16).reshape(32, 32, 1)
     twins.png16(tmp_path / "rgb16.png", np.concatenate([values, values[::-1], 65535 - values], -1))
     high = (values >> 8).astype(np.uint8)
     for image in _decode(str(tmp_path / "rgb16.png")):
         np.testing.assert_array_equal(image, np.concatenate([high, high[::-1], 255 - high], -1))
-
 
 def _rle8_bmp(path):
     """An 8-bit BMP compressed with RLE (BI_RLE8): PIL reads it, TF's BMP decoder would
@@ -54,7 +50,6 @@ def _rle8_bmp(path):
                 + rows)
     assert np.asarray(Image.open(path)).tolist() == [[1] * 4] * 2
 
-
 def _refused(tmp_path, write):
     pairs = cityscapes_tree(tmp_path, n=2)
     write(pairs[1][0])
@@ -62,7 +57,6 @@ def _refused(tmp_path, write):
     with pytest.raises(InputError) as error:
         list(iterate(pairs_to_examples(pairs_dataset(source.pairs), source, deterministic=True)))
     return pairs[1][0], str(error.value)
-
 
 @pytest.mark.parametrize("kind", ["tiff", "bilevel_bmp", "rle_bmp"])
 def test_an_image_it_cannot_read_is_refused_in_one_line_naming_it(tmp_path, kind):
@@ -73,9 +67,6 @@ def test_an_image_it_cannot_read_is_refused_in_one_line_naming_it(tmp_path, kind
              "rle_bmp": _rle8_bmp}[kind]
     path, message = _refused(tmp_path, write)
     assert message == f"cannot read or decode image file {path}", message
-
-
-
 
 def test_a_non_utf_8_file_name_is_read_and_a_bad_one_named_in_one_line(tmp_path):
     """On Linux a name is bytes; b"town\\xe9" (Latin-1) is no UTF-8, and ``os.listdir``
@@ -95,3 +86,16 @@ def test_a_non_utf_8_file_name_is_read_and_a_bad_one_named_in_one_line(tmp_path)
     # Printable: the odd byte is U+FFFD (TF's error messages are UTF-8).
     assert str(error.value) == ("cannot read or decode image file "
                                 + source.pairs[1][0].replace("\udce9", "\ufffd"))
+
+def test_training_reads_a_file_whose_name_is_not_utf_8(tmp_path):
+    """The training input's own file list (shuffled indices into the pairs)."""
+    from tfseg.data import DataConfig, build_dataset
+
+    pairs = cityscapes_tree(tmp_path, n=2)
+    for path in pairs[1]:
+        os.rename(path, os.fsencode(path).replace(b"/town_", b"/town\xe9_"))
+    config = DataConfig(dataset="cityscapes", root=str(tmp_path), split="train",
+                        crop_size=(8, 8), batch_size=2)
+    images, labels = next(iter(build_dataset(config, training=True)))
+    assert images.shape[:3] == (2, 8, 8) and labels.shape == (2, 8, 8)
+

@@ -22,6 +22,8 @@ cache (``cache="prefix"``) needs no memory bound; a buffer of the whole split
 read back from disk would hold it all in memory, so it keeps the first
 epoch's (shuffled) order, mixed by ``shuffle_buffer``.
 """
+import os
+
 import tensorflow as tf
 
 from tfseg.data import footprint, order, tfrecords
@@ -84,7 +86,9 @@ def _decode(config, source, files, stats, deterministic):
 
 def _paths(source, indices):
     """(image_path, label_path) of each index in ``indices`` (int64 scalars)."""
-    images, labels = (tf.constant(list(column)) for column in zip(*source.pairs))
+    # As bytes: a file name that is not UTF-8 (a str with surrogates) is no tf.string.
+    images, labels = (tf.constant([os.fsencode(p) for p in column]) for column in
+                      zip(*source.pairs))
     return indices.map(plain(lambda i: (tf.gather(images, i), tf.gather(labels, i))))
 
 
