@@ -20,6 +20,16 @@ from tfseg.errors import InputError
     ("max_skipped_updates", 0), ("eval_mode", "tiles"), ("eval_stride", (200, 200)),
     ("recompute", ("entry_block2",)), ("crop_size", (100, 100)), ("mode", "dance"),
     ("head_epsilon", 0.0), ("resize", "nearest"),
+    # Non-finite numbers, in every float setting (scalars and lists).
+    ("memory_budget_gb", float("inf")), ("memory_budget_gb", float("nan")),
+    ("device_overhead_gb", float("inf")), ("cache_max_gb", float("inf")),
+    ("report_verify_seconds", float("inf")), ("data_service_timeout", float("nan")),
+    ("width_multiplier", float("inf")), ("dropout", float("nan")),
+    ("learning_rate", float("inf")), ("weight_decay", float("inf")),
+    ("class_weights", (1.0, float("inf"))), ("eval_scales", (1.0, float("nan"))),
+    ("scale_range", (0.5, float("inf"))),
+    # Devices named twice, however spelled.
+    ("class_devices", ("CPU:0", "/device:CPU:0")), ("model_devices", ("GPU:1", "/gpu:1")),
 ])
 def test_bad_values_name_their_flag(flag, value):
     with pytest.raises(InputError, match=f"^--{flag}: "):
@@ -100,3 +110,24 @@ def test_the_config_module_imports_no_tensorflow():
             "print('tensorflow' in sys.modules or 'keras' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_every_float_setting_is_checked_for_a_finite_value():
+    """One rule for them all, so that a new float setting cannot miss it."""
+    for flag, (section, field) in flag_table().items():
+        default = Config().flat()[flag]
+        items = field.metadata["items"]
+        if isinstance(default, float) or (items and items[0] is float):
+            value = float("inf") if isinstance(default, float) else (float("inf"),) * (
+                items[1] or 1)
+            with pytest.raises(InputError, match=f"^--{flag}: must be (a )?finite"):
+                Config.from_flat(**{flag: value})
+
+
+def test_a_file_where_a_folder_is_needed_names_its_flag(tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for flag in ("model_dir", "data_dir"):
+        with pytest.raises(InputError, match=f"^--{flag}: {a_file} is a file, not a folder"):
+            Config.from_flat(**{flag: str(a_file)})
+        Config.from_flat(**{flag: str(tmp_path / "not_yet")})  # made when needed

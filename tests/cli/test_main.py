@@ -100,6 +100,21 @@ BAD = {
                                     "--class_devices: splits the head"),
     "class_shards_negative": (("--class_shards=-1",), "--class_shards: must be >= 0"),
     "empty_model_dir": (("--mode=eval", "--model_dir="), "--model_dir: is empty"),
+    # Non-finite numbers are refused like negative ones (inf was an OverflowError).
+    "infinite_budget": (("--mode=report", "--memory_budget_gb=inf"),
+                        "--memory_budget_gb: must be a finite number, got inf"),
+    "nan_learning_rate": (("--learning_rate=nan",), "--learning_rate: must be a finite"),
+    "infinite_scale": (("--scale_range=0.5,inf",), "--scale_range: must be finite"),
+    "nan_timeout": (("--data_service_timeout=nan",), "--data_service_timeout: must be a fin"),
+    # Device and path flags, each checked the same way, naming the flag.
+    "class_devices_twice": (("--class_devices=CPU:0,CPU:0", "--class_shards=2"),
+                            "--class_devices: names a device twice (CPU:0)"),
+    "model_devices_twice_spelled_apart": (("--model_devices=/cpu:0,CPU:0",),
+                                          "--model_devices: names a device twice"),
+    "model_dir_a_file": (("--mode=eval", f"--model_dir={cli.MAIN}"),
+                         f"--model_dir: {cli.MAIN} is a file, not a folder"),
+    "data_dir_a_file": (("--mode=train", f"--data_dir={cli.MAIN}"),
+                        f"--data_dir: {cli.MAIN} is a file, not a folder"),
 }
 
 

@@ -12,6 +12,7 @@ instead.
 """
 
 import dataclasses
+import os
 
 from tfseg.config import Config
 from tfseg.config.budget import GB, overhead_bytes
@@ -206,12 +207,17 @@ def saved_choice(config, saved, overhead):
     the same `PLAN_INPUTS` and device overhead; else None."""
     record = saved.get("memory_plan")
     before, now = Config.settings_of(saved), config.flat()
-    if not record or record["overhead_bytes"] != overhead or any(
-            before.get(name) != now[name] for name in PLAN_INPUTS):
-        return None
-    plan = Plan(**{**record["plan"], "recompute": tuple(record["plan"]["recompute"])})
-    return Choice(plan, record["budget_bytes"], overhead, tuple(record["frontier"]),
-                  record.get("replica", ""))
+    try:
+        if not record or record["overhead_bytes"] != overhead or any(
+                before.get(name) != now[name] for name in PLAN_INPUTS):
+            return None
+        plan = Plan(**{**record["plan"], "recompute": tuple(record["plan"]["recompute"])})
+        return Choice(plan, record["budget_bytes"], overhead, tuple(record["frontier"]),
+                      record.get("replica", ""))
+    except (KeyError, TypeError) as error:  # a hand-edited record: one line, not a traceback
+        path = os.path.join(config.run.model_dir, "config.json")
+        raise InputError(f"{path}: memory_plan: not a plan tfseg wrote ({type(error).__name__}: "
+                         f"{error}); remove the entry to plan again") from None
 
 
 def replica_config(config, replicas):

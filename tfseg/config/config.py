@@ -2,8 +2,10 @@
 
 import dataclasses
 import json
+import re
 
-from tfseg.config.names import DATASETS, check, crop_ok
+from tfseg.config.names import (DATASETS, FIXED_ON_RESUME, SAME_VARIABLES, check, crop_ok,
+                                flag_of)
 from tfseg.config.sections import SECTIONS, Data, Eval, Model, Optim, Run
 from tfseg.errors import InputError
 
@@ -13,8 +15,40 @@ def flag_table():
     table = {}
     for section, cls in SECTIONS.items():
         for field in dataclasses.fields(cls):
-            table[field.metadata["flag"] or field.name] = (section, field)
+            table[flag_of(field)] = (section, field)
     return table
+
+
+def flag_value(value):
+    """``value`` as a flag gives it: a list as "A,B", a bool as "true", '' as "''"."""
+    if isinstance(value, (tuple, list)):
+        return ",".join(map(str, value))
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value) if value != "" else "''"
+
+
+def _type_error(field, value):
+    """Why ``value`` (read from JSON) cannot be the setting ``field``, or None."""
+    def number(v, kind):
+        if isinstance(v, bool):
+            return False
+        return isinstance(v, int) or (kind is float and isinstance(v, float))
+
+    items = field.metadata["items"]
+    if items:
+        kind = items[0]
+        ok = isinstance(value, (list, tuple)) and all(
+            isinstance(v, str) if kind is str else number(v, kind) for v in value)
+        what = {str: "strings", int: "integers", float: "numbers"}[kind]
+        return None if ok else f"must be a list of {what}, got {value!r}"
+    kind = type(field.default)
+    if kind is bool:
+        return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
+    if kind in (int, float):
+        what = "an integer" if kind is int else "a number"
+        return None if number(value, kind) else f"must be {what}, got {value!r}"
+    return None if isinstance(value, kind) else f"must be a string, got {value!r}"
 
 
 def parse_list(flag, values, items):
@@ -102,6 +136,81 @@ class Config:
             elif key in by_field.values():
                 flat[key] = value
         return {k: tuple(v) if isinstance(v, list) else v for k, v in flat.items()}
+
+    @classmethod
+    def check_saved(cls, saved, source, extras=()):
+        """The ``Config`` a saved dict describes, every entry checked: its type, that it is
+        a setting (in ``to_dict()``'s nested form or the flat one of older runs) or one of
+        ``extras``, and the settings' own rules (the sections' and ``Config``'s).
+
+        Raises:
+          InputError: "SOURCE: FIELD: why", one line naming the file (``source``) and the
+            field ("model.width_multiplier").
+        """
+        def refuse(field, why):
+            raise InputError(f"{source}: {field}: {why}")
+
+        if not isinstance(saved, dict):
+            raise InputError(f"{source}: not a JSON object of settings (a "
+                             f"{type(saved).__name__})")
+        table, flat, field_of = flag_table(), {}, {}
+        by_field = {(section, field.name): flag for flag, (section, field) in table.items()}
+        for flag, (section, field) in table.items():
+            field_of[flag] = f"{section}.{field.name}"
+        for key, value in saved.items():
+            if key in SECTIONS:
+                if not isinstance(value, dict):
+                    refuse(key, f"must be an object of settings, got {value!r}")
+                entries = {}
+                for name, item in value.items():
+                    if (key, name) not in by_field:
+                        refuse(f"{key}.{name}", "unknown field: not a setting of this tfseg")
+                    entries[by_field[key, name]] = item
+            elif key in table:  # the flat form
+                entries = {key: value}
+                field_of[key] = key
+            elif key in extras:
+                continue
+            else:
+                refuse(key, "unknown field: not a section, a setting or a record of this tfseg")
+            for flag, item in entries.items():
+                why = _type_error(table[flag][1], item)
+                if why:
+                    refuse(field_of[flag], why)
+                flat[flag] = tuple(item) if isinstance(item, list) else item
+        try:
+            return cls.from_flat(**flat)
+        except InputError as error:
+            named = re.match(r"--(\w+): (.*)", str(error))
+            if named and named.group(1) in field_of:
+                refuse(field_of[named.group(1)], named.group(2))
+            raise InputError(f"{source}: {error}") from None
+
+    @classmethod
+    def changes(cls, saved, config):
+        """{flag: (recorded, now)} of the settings a saved dict records that ``config``
+        changes (the mode aside: it is what this command does, not the run)."""
+        before, now = cls.settings_of(saved), config.flat()
+        return {flag: (before[flag], now[flag]) for flag in now
+                if flag in before and flag != "mode" and before[flag] != now[flag]}
+
+    @classmethod
+    def check_resume(cls, saved, config, source):
+        """``changes(saved, config)`` of a resumed run, refusing a change of the settings
+        that decide the model's variables (``FIXED_ON_RESUME``) in one line that names the
+        flag, the value ``source`` (the run's config.json) records, and the way out."""
+        changed = cls.changes(saved, config)
+        fixed = [flag for flag in FIXED_ON_RESUME if flag in changed
+                 and set(changed[flag]) not in SAME_VARIABLES]
+        if fixed:
+            recorded = " ".join(f"--{flag}={flag_value(changed[flag][0])}" for flag in fixed)
+            given = " ".join(f"--{flag}={flag_value(changed[flag][1])}" for flag in fixed)
+            raise InputError(
+                f"--{fixed[0]}: the run to resume was trained with {recorded} ({source}); "
+                f"its checkpoints do not fit a model of {given}: resume with "
+                f"{'that' if len(fixed) == 1 else 'those'}, or train into another "
+                f"--model_dir")
+        return changed
 
     @classmethod
     def from_dict(cls, saved):

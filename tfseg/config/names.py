@@ -3,6 +3,8 @@ a config field a flag. No TensorFlow."""
 
 import dataclasses
 import difflib
+import math
+import os
 
 from tfseg.config.registry import APPLICATIONS, BUILTIN_BACKBONE, DATASETS  # noqa: F401
 from tfseg.errors import InputError
@@ -14,6 +16,12 @@ NORMS = ("batch", "sync_batch", "group")
 # resize) what the same variables compute: a checkpoint's config.json gives them.
 ARCHITECTURE = ("dataset", "backbone", "width_multiplier", "middle_repeats", "norm",
                 "head_epsilon", "resize")
+# Those that decide which variables a model has: a resume that changes one is refused,
+# naming the value config.json records (batch and sync_batch norm have the same ones).
+# The data set may change (a converted copy has the same classes); a checkpoint's
+# logits of another class count are then refused, naming the recorded data set.
+FIXED_ON_RESUME = ("backbone", "width_multiplier", "middle_repeats", "norm")
+SAME_VARIABLES = ({"batch", "sync_batch"},)
 # --dataset (DATASETS) and --backbone: listed once, in tfseg.config.registry.
 APPLICATION_BACKBONES = tuple(APPLICATIONS)
 BACKBONES = (BUILTIN_BACKBONE,) + APPLICATION_BACKBONES
@@ -57,6 +65,43 @@ def setting(default, help, flag=None, items=None):
 def check(ok, flag, message):
     if not ok:
         raise InputError(f"--{flag}: {message}")
+
+
+def flag_of(field):
+    """The flag of a config field (``dataclasses.Field``)."""
+    return field.metadata["flag"] or field.name
+
+
+def finite(section):
+    """Refuse any float setting of ``section`` (a config dataclass), or any number of a
+    float list, that is not finite: inf and nan pass comparisons such as ``>= 0``
+    (nan fails every one, with a misleading message)."""
+    for field in dataclasses.fields(section):
+        value, items = getattr(section, field.name), field.metadata["items"]
+        if items and items[0] is float:
+            check(all(math.isfinite(v) for v in value), flag_of(field),
+                  f"must be finite numbers, got {','.join(map(str, value))}")
+        elif isinstance(field.default, float) and isinstance(value, (int, float)):
+            check(math.isfinite(value), flag_of(field), f"must be a finite number, got {value}")
+
+
+def device_key(name):
+    """One spelling of a device name: "/gpu:1", "GPU:1" and "/device:GPU:1" -> "GPU:1"."""
+    return name.rsplit("device:", 1)[-1].strip("/").upper()
+
+
+def distinct_devices(devices, flag):
+    """Refuse a device list that names a device twice, however spelled."""
+    keys = [device_key(d) for d in devices]
+    twice = [d for d, key in zip(devices, keys) if keys.count(key) > 1]
+    check(not twice, flag, f"names a device twice ({twice[0] if twice else ''})")
+
+
+def folder_ok(path, flag):
+    """Refuse a folder flag that names an existing file (a missing folder is made, or
+    named, where it is needed)."""
+    check(not (path and os.path.exists(path) and not os.path.isdir(path)), flag,
+          f"{path} is a file, not a folder")
 
 
 def crop_ok(size, output_stride):

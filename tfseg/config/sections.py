@@ -6,8 +6,8 @@ from typing import Tuple
 from tfseg.config.names import (APPLICATION_BACKBONES, BACKBONES, BUILTIN_BACKBONE, DATASETS,
                                 DTYPE_POLICIES, EVAL_MODES, MODES, NORMS, OUTPUT_FORMATS,
                                 RECOMPUTE_BLOCKS, RECOMPUTE_HEAD, REPORT_VARIANTS, RESIZE_MODES,
-                                STRATEGIES, WEIGHT_DECAY_TYPES, check, one_of, recompute_names,
-                                setting, unit_name)
+                                STRATEGIES, WEIGHT_DECAY_TYPES, check, distinct_devices, finite,
+                                folder_ok, one_of, recompute_names, setting, unit_name)
 from tfseg.config.registry import phrase
 
 
@@ -42,7 +42,9 @@ class Data:
                                       "of stopping.")
 
     def __post_init__(self):
+        finite(self)
         one_of(self.dataset, DATASETS, "dataset")
+        folder_ok(self.root, "data_dir")
         check(len(self.scale_range) == 2 and 0 < self.scale_range[0] <= self.scale_range[1],
               "scale_range", f"must be MIN,MAX with 0 < MIN <= MAX, got "
               f"{','.join(map(str, self.scale_range))}")
@@ -95,6 +97,7 @@ class Model:
         "gamma and beta frozen, each image still normalised by its own statistics.")
 
     def __post_init__(self):
+        finite(self)
         check(self.output_stride in (8, 16, 32), "output_stride",
               f"must be 8, 16 or 32, got {self.output_stride}")
         one_of(self.norm, NORMS, "norm")
@@ -167,6 +170,7 @@ class Optim:
         "--freeze_batch_norm).")
 
     def __post_init__(self):
+        finite(self)
         check(self.train_steps >= 1, "train_steps", "must be >= 1")
         check(self.learning_rate > 0, "learning_rate", "must be > 0")
         check(0 <= self.end_learning_rate <= self.learning_rate, "end_learning_rate",
@@ -197,6 +201,7 @@ class Eval:
     flip: bool = setting(True, "Multi-scale: add left-right flips.", flag="eval_flip")
 
     def __post_init__(self):
+        finite(self)
         one_of(self.mode, EVAL_MODES, "eval_mode")
         check(len(self.crop) == 2 and min(self.crop) >= 1, "eval_crop", "must be HEIGHT,WIDTH")
         check(len(self.stride) == 2 and all(0 < s <= c for s, c in zip(self.stride, self.crop)),
@@ -290,12 +295,14 @@ class Run:
                                  "decode when training) instead of the encoded files.")
 
     def __post_init__(self):
+        finite(self)
         one_of(self.mode, MODES, "mode")
         one_of(self.strategy, STRATEGIES, "strategy")
         one_of(self.dtype_policy, DTYPE_POLICIES, "dtype_policy")
         one_of(self.output_format, OUTPUT_FORMATS, "output_format")
         check(self.model_dir.strip(), "model_dir", "is empty; give the run's folder "
               "(default: runs/synthetic)")
+        folder_ok(self.model_dir, "model_dir")
         for name in ("checkpoint_every", "keep_checkpoints", "log_every", "max_skipped_updates",
                      "tfrecord_shards", "report_repeats"):
             check(getattr(self, name) >= 1, name, "must be >= 1")
@@ -313,8 +320,8 @@ class Run:
         check(not (self.model_devices and self.jit_compile), "model_devices",
               "places each part on its device, which XLA's whole-step compilation "
               "(--jit_compile) does not keep; drop --jit_compile")
-        check(len(set(self.model_devices)) == len(self.model_devices), "model_devices",
-              "names a device twice")
+        distinct_devices(self.model_devices, "model_devices")
+        distinct_devices(self.class_devices, "class_devices")
         check(not self.class_devices or self.strategy == "default", "class_devices",
               f"splits the head across devices and does not combine with "
               f"--strategy={self.strategy}; use --strategy=default")

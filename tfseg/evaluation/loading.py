@@ -8,6 +8,7 @@ import numpy as np
 
 from tfseg import data as data_lib
 from tfseg.config import ARCHITECTURE
+from tfseg.errors import InputError
 from tfseg.runtime import builders, checkpoints, files, init
 
 
@@ -53,7 +54,7 @@ def resolve(config, log=print):
 def classes(config, saved):
     """The trained model's ``Classes``: from its config.json, else (runs saved before
     it held them) from the data set, which must then be on disk."""
-    if saved.get("class_names"):
+    if saved.get("class_names") and saved.get("palette"):
         return Classes(tuple(saved["class_names"]), np.asarray(saved["palette"], np.uint8))
     source = builders.source(config, training=False)
     return Classes(tuple(source.class_names), np.asarray(source.palette, np.uint8))
@@ -84,6 +85,7 @@ def load_model(config, stock=False, log=print):
     """
     if _initial_weights_only(config):
         return _load_initial(config, stock, log)
+    given = config.run.checkpoint
     config, saved = resolve(config, log)
     if stock:
         config = config.replace(memory_saving=False, recompute=())
@@ -92,10 +94,40 @@ def load_model(config, stock=False, log=print):
     # Inference never needs sync batch norm: it uses the moving statistics.
     norm = "batch" if config.model.norm == "sync_batch" else config.model.norm
     model = builders.model(config, info.num_classes, norm)
-    path = config.run.checkpoint
-    checkpoints.Checkpoints(model, config.run.model_dir).restore(path)
+    path = _restore(model, config.run.model_dir, config.run.checkpoint, given, log)
     log(f"restored {path}")
-    return Loaded(model, info, path, config)
+    return Loaded(model, info, path, config.replace(checkpoint=path))
+
+
+# How many newer checkpoints to try when rotation removes the one found (a training run
+# saving every few seconds with --keep_checkpoints=1 could remove several in a row).
+_TRIES = 5
+
+
+def _restore(model, model_dir, path, given, log):
+    """Restores ``path`` into ``model``; returns the path restored.
+
+    Without ``--checkpoint`` (``given``), ``path`` is the latest of a folder that a
+    training run may be rotating: when it is removed between being found and being
+    read, the newest checkpoint then is read instead (a reader never sees a checkpoint
+    half written: the state file names one only once it is whole).
+    """
+    ckpts = checkpoints.Checkpoints(model, model_dir)
+    for _ in range(_TRIES):
+        try:
+            return ckpts.restore(path)
+        except checkpoints.DamagedCheckpoint as error:
+            newest = None if given else files.latest_checkpoint(model_dir)
+            if newest is None or newest == path:  # named, or truly damaged: one line
+                if given and isinstance(error, checkpoints.VanishedCheckpoint):
+                    raise InputError(f"--checkpoint: {error}") from None
+                raise
+            log(f"{path} was removed while it was read (a training run rotating its "
+                f"checkpoints?): reading the newest, {newest}")
+            path = newest
+    raise InputError(f"--model_dir: the checkpoints in {model_dir} were removed faster than "
+                     f"they could be read ({_TRIES} in a row); evaluate a copy, or "
+                     f"raise --keep_checkpoints")
 
 
 def _initial_weights_only(config):
@@ -117,5 +149,6 @@ def _load_initial(config, stock, log):
                    np.asarray(data_lib.palette(data_config), np.uint8))
     norm = "batch" if config.model.norm == "sync_batch" else config.model.norm
     model = builders.model(config, info.num_classes, norm)
-    init.load(model, config.run.init_checkpoint, log)
+    # A result from weights left at their initial values would pass for the model's.
+    init.load(model, config.run.init_checkpoint, log, partial=False)
     return Loaded(model, info, config.run.init_checkpoint, config)

@@ -102,8 +102,25 @@ def _load(model, path, spec):
             warnings.simplefilter("ignore", UserWarning)
             model.load_weights(path)
     except (ValueError, OSError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise InputError(f"backbone weights {path}: not the weights of {what}: {first}") from None
+        raise InputError(f"backbone weights {path}: not the weights of {what}: "
+                         f"{_load_error(error)}") from None
+
+
+def _load_error(error):
+    """Keras' load error in one line. Its message for a file of another model opens with
+    "A total of N objects could not be loaded. Example error message for object
+    <Conv2D name=conv1_conv, built=True>:" and gives the reason on a later line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    total = re.match(r"A total of (\d+) objects could not be loaded\. Example error message "
+                     r"for object <\w+ name=([^,>]+)", lines[0])
+    if total and len(lines) > 1:
+        return (f"{total.group(1)} layers could not be loaded, the first "
+                f"{total.group(2)}: {lines[1]}")
+    if lines[0].endswith(":") and len(lines) > 1:  # a message whose reason follows
+        return re.sub(r"<\w+ name=([^,>]+)[^>]*>", r"\1", lines[0]) + " " + lines[1]
+    return lines[0]
 
 
 def _snake_case(name):

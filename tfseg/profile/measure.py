@@ -36,6 +36,7 @@ Run as a module to measure one configuration and print one JSON line:
 `python -m tfseg.profile.measure '{"variant": "stock", "height": 513, ...}'`.
 """
 
+import ctypes
 import dataclasses
 import gc
 import json
@@ -176,6 +177,28 @@ class OutOfMemory(RuntimeError):
     or the system killed the process (SIGKILL, the OOM killer's signal)."""
 
 
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def dies_with_parent():
+    """A ``preexec_fn`` that ties a child process to this one, or None where the system
+    cannot (not Linux): the kernel sends the child SIGKILL when this process ends, however
+    it ends (a SIGTERM under its default handling, a kill -9), so that no measuring
+    process runs on, orphaned, for the seconds its step takes. (An exception in the
+    parent is ``subprocess.run``'s to handle: it kills the child before raising.)"""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here, not in the child
+    except (OSError, AttributeError):
+        return None
+    parent, kill = os.getpid(), int(signal.SIGKILL)
+
+    def tie():  # in the child, between fork and exec: no imports, no locks
+        prctl(_PR_SET_PDEATHSIG, kill)
+        if os.getppid() != parent:  # the parent ended before the tie was made
+            os._exit(1)
+    return tie
+
+
 def measure(config, timeout=None):
     """Measures `config` in a fresh Python process and returns its dict.
 
@@ -196,6 +219,7 @@ def measure(config, timeout=None):
         text=True,
         timeout=timeout,
         env=env,
+        preexec_fn=dies_with_parent(),
     )
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]

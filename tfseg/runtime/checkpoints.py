@@ -23,8 +23,8 @@ from tfseg import memory
 from tfseg.errors import InputError
 from tfseg.runtime.files import (latest_checkpoint, listed_checkpoints, named_checkpoint, on_disk,
                                  step_of, write_state)
-from tfseg.runtime.state import (DamagedCheckpoint, check_matches, damaged, optimizer_state,
-                                 rng_state)
+from tfseg.runtime.state import (DamagedCheckpoint, VanishedCheckpoint, check_matches, damaged,
+                                 optimizer_state, rng_state)
 
 
 def is_chief(strategy):
@@ -99,7 +99,7 @@ class Checkpoints:
         if path is None:
             return None
         if not tf.io.gfile.exists(path + ".index"):
-            raise FileNotFoundError(f"--checkpoint: no checkpoint at {path}")
+            raise VanishedCheckpoint(path)  # named a moment ago: rotation removed it
         check_matches(path, self.model, self.state)
         try:
             self.checkpoint.restore(path).expect_partial()

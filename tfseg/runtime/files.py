@@ -7,10 +7,14 @@ import re
 
 import tensorflow as tf
 
+from tfseg.config import Config
 from tfseg.data.outputs import replaced_file
 from tfseg.errors import InputError
 
 CONFIG_FILE = "config.json"
+# What config.json holds besides the settings: the class names and palette (predict and
+# export need no data set) and the memory plan chosen for --memory_budget_gb.
+RECORDS = ("class_names", "palette", "memory_plan")
 
 
 _NUMBERED = re.compile(r"^ckpt-(\d+)\.index$")  # CheckpointManager's default name
@@ -100,22 +104,61 @@ def save_config(config, model_dir, **extra):
     never sees half a file.
     """
     path = os.path.join(model_dir, CONFIG_FILE)
+    text = json.dumps({**json.loads(config.to_json()), **extra}, indent=2, sort_keys=True)
     try:
+        if os.path.isfile(path):
+            with open(path, errors="replace") as f:
+                if f.read() == text:
+                    return path  # the same record: left as it was
         with replaced_file(path) as new, open(new, "w") as f:
-            json.dump({**json.loads(config.to_json()), **extra}, f, indent=2, sort_keys=True)
+            f.write(text)
     except OSError as error:  # a write error names no file: name it
         raise InputError(f"--model_dir: could not write {path}: {error.strerror}") from None
     return path
 
 
 def load_config(model_dir):
-    """The saved config dict of a run (``Config.to_dict()`` and extras), or {} if it has
-    none; ``Config.settings_of`` reads its settings."""
+    """The saved config dict of a run (``Config.to_dict()`` and the ``RECORDS``), or {} if
+    it has none; ``Config.settings_of`` reads its settings.
+
+    Raises:
+      InputError: one line naming the file, and the field where one is at fault: not
+        JSON, a field of the wrong type or value, or one this tfseg does not know
+        (``Config.check_saved``). A run's record is never read in part.
+    """
     path = os.path.join(model_dir, CONFIG_FILE)
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
         return {}
-    with open(path) as f:
-        try:
-            return json.load(f)
-        except ValueError as error:
-            raise InputError(f"{path} is not valid JSON: {error}") from None
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except ValueError as error:  # UnicodeDecodeError too
+        raise InputError(f"{path} is not valid JSON: {error}; fix it, or move it away "
+                         f"(the flags then describe the run)") from None
+    except OSError as error:
+        raise InputError(f"{path} cannot be read: {error.strerror}") from None
+    Config.check_saved(saved, path, extras=RECORDS)
+    _check_records(saved, path)
+    return saved
+
+
+def _check_records(saved, path):
+    """One line naming ``path`` and the entry, unless config.json's ``RECORDS`` are what
+    training writes."""
+    names, palette = saved.get("class_names", []), saved.get("palette", [])
+    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        raise InputError(f"{path}: class_names: must be a list of names, got {names!r}")
+
+    def colour(c):
+        return isinstance(c, list) and len(c) == 3 and all(
+            type(v) is int and 0 <= v <= 255 for v in c)
+
+    if not (isinstance(palette, list) and all(map(colour, palette))):
+        raise InputError(f"{path}: palette: must be a list of [R, G, B] of 0-255, got "
+                         f"{str(palette)[:200]}")
+    if "palette" in saved and len(palette) != len(names):
+        raise InputError(f"{path}: palette: {len(palette)} colours for the {len(names)} "
+                         f"class_names")
+    if not isinstance(saved.get("memory_plan", {}), dict):
+        raise InputError(f"{path}: memory_plan: must be an object, got "
+                         f"{saved['memory_plan']!r}")

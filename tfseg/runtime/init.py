@@ -67,13 +67,23 @@ def adapt(config, given=(), log=print):
     return config.replace(init_checkpoint=prefix, **changes)
 
 
-def load(model, path, log=print):
+def load(model, path, log=print, partial=True):
     """Assigns the weights of the checkpoint ``path`` (``resolve``) to ``model`` by path;
-    logs one line of counts. Logits of another class count are skipped; any other weight
-    missing or of another shape is an InputError naming it (and nothing is assigned)."""
+    logs one line of counts. Logits of another class count are skipped (and a
+    research/deeplab backbone-only checkpoint leaves the heads initialised); any other
+    weight missing or of another shape is an InputError naming it (and nothing is
+    assigned).
+
+    ``partial=False`` (predict, eval, export: a result, not a start) refuses any weight
+    left at its initial value, in one line naming it and the way on."""
     prefix, kind = resolve(path)
     if kind == RESEARCH_DEEPLAB:
-        log(f"initialised from {load_research_deeplab(model, prefix)}")
+        report = load_research_deeplab(model, prefix)
+        if report.initialised and not partial:
+            raise _not_loaded(prefix, path, f"{', '.join(report.notes)}: "
+                              f"{len(report.initialised)} weights would keep their initial "
+                              f"values (e.g. {report.initialised[0]})")
+        log(f"initialised from {report}")
         return
     reader = tf.train.load_checkpoint(prefix)
     variables = memory.variables_by_path(model)
@@ -86,6 +96,10 @@ def load(model, path, log=print):
                              f"architecture? --width_multiplier, --middle_repeats, --norm)")
         if on_file[key] != tuple(variable.shape):
             if path_.startswith("logits/"):
+                if not partial:
+                    raise _not_loaded(prefix, path, (
+                        f"its logits are for {on_file[key][-1]} classes, the model's for "
+                        f"{variable.shape[-1]}: {path_} would keep its initial values"))
                 skipped.append(path_)
                 continue
             raise InputError(f"--init_checkpoint: {prefix}'s {path_} has shape {on_file[key]}, "
@@ -96,3 +110,9 @@ def load(model, path, log=print):
     why = f" (logits of another class count: {', '.join(skipped)})" if skipped else ""
     log(f"initialised from tfseg checkpoint {prefix}: loaded {len(assign)} weights, "
         f"skipped {len(skipped)}{why}, initialised {len(skipped)}")
+
+
+def _not_loaded(prefix, path, what):
+    return InputError(f"--init_checkpoint: {prefix}: {what}, and the results would come "
+                      f"from them. Give the --dataset it was trained on, or train from it "
+                      f"first (--mode=train --init_checkpoint={path}) and use that run")

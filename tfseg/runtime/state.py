@@ -6,13 +6,17 @@ entries (``OPTIONAL``).
 """
 
 import glob
+import os
 import re
 
 import keras
 import tensorflow as tf
 
 from tfseg import memory
+from tfseg.config import ARCHITECTURE, Config
+from tfseg.config.config import flag_value
 from tfseg.errors import InputError
+from tfseg.runtime import files
 
 LOSS_SCALE = "loss_scale"
 # State a checkpoint may lack, by name prefix: the loss scale (a run switching to
@@ -87,12 +91,26 @@ class DamagedCheckpoint(InputError):
         self.path = path
 
 
+class VanishedCheckpoint(DamagedCheckpoint):
+    """A checkpoint that was there when it was found, and is gone (its index file) when
+    it is read: a training run's rotation removed it. As a damaged one, training falls
+    back to the one before; eval reads the newest (``tfseg.evaluation.loading``)."""
+
+    def __init__(self, path):
+        InputError.__init__(self, f"checkpoint {path} was removed while it was read "
+                                  f"(no {path}.index now)")
+        self.path = path
+
+
 def damaged(path, error):
     """The error to raise for a checkpoint that TF could not read: ``DamagedCheckpoint``
     when every one of its files reads back whole (so the bytes are bad), else a plain
     one-line ``InputError`` naming the file that the system would not read (EIO, a
     permission, a stale handle, a folder in its place): not a reason to fall back to an
-    older checkpoint and, later, overwrite this one."""
+    older checkpoint and, later, overwrite this one. A checkpoint whose index file is
+    gone was removed while it was read: ``VanishedCheckpoint``."""
+    if not tf.io.gfile.exists(path + ".index"):
+        return VanishedCheckpoint(path)
     for name in glob.glob(glob.escape(path) + ".*"):
         try:
             with open(name, "rb") as f:
@@ -136,8 +154,24 @@ def check_matches(path, model, state=None):
         (reshaped, "of another shape, checkpoint vs model"),
     ) if names]
     if problems:
+        recorded = _recorded_architecture(path)
+        settings = (f"It was trained with {recorded}: give those flags; or was it trained"
+                    if recorded else "Was it trained with other --dataset, --backbone, "
+                    "--width_multiplier, --middle_repeats or --norm,")
         raise InputError(
             f"checkpoint {path} does not match the model {model.name}: "
-            f"{'; '.join(problems)}. Was it trained with other --dataset, --width_multiplier, "
-            f"--middle_repeats or --norm, with --freeze_batch_norm (no slots for the norms), "
-            f"or by a tfseg before 0.2 (optimizer by position)?")
+            f"{'; '.join(problems)}. {settings} with --freeze_batch_norm (no slots for the "
+            f"norms), or by a tfseg before 0.2 (optimizer by position)?")
+
+
+def _recorded_architecture(path):
+    """"--dataset=... --backbone=... (FOLDER/config.json)": the ``ARCHITECTURE`` settings
+    that the config.json beside checkpoint ``path`` records; "" without a readable one."""
+    folder = os.path.dirname(path) or "."
+    try:
+        settings = Config.settings_of(files.load_config(folder))
+    except InputError:  # a damaged record is named where it is read; here it is a hint
+        return ""
+    shown = [f"--{name}={flag_value(settings[name])}" for name in ARCHITECTURE
+             if name in settings]
+    return f"{' '.join(shown)} ({os.path.join(folder, files.CONFIG_FILE)})" if shown else ""

@@ -11,6 +11,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfseg import data as data_lib
+from tfseg.config import Config
+from tfseg.config.config import flag_value
 from tfseg.errors import InputError, NonFiniteLoss
 from tfseg.evaluation.evaluate import PeriodicEval
 from tfseg.runtime import builders, checkpoints, files, init, summaries
@@ -149,11 +151,32 @@ def train(config, log=print, stop=None, record=None):
             raise InputError(f"--batch_size: {config.data.batch_size} is less than the "
                              f"{strategy.num_replicas_in_sync} replicas; give each at least "
                              f"one image")
+        _check_record(config, log)  # before anything is written
         # Only the chief writes model_dir; the other workers' scratch folders are their own.
         lock = ModelDirLock(config.run.model_dir, log) if checkpoints.is_chief(strategy) else (
             contextlib.nullcontext())
         with lock:
             return _train(config, strategy, stop, log, record)
+
+
+def _check_record(config, log):
+    """config.json is the run's record: a damaged one is refused (``files.load_config``),
+    and so is a resume that changes the settings deciding the model's variables
+    (``Config.check_resume``), each in one line; any other change is said here, and
+    recorded when training saves the config."""
+    model_dir = config.run.model_dir
+    saved = files.load_config(model_dir)
+    if not saved:
+        return
+    source = os.path.join(model_dir, files.CONFIG_FILE)
+    resuming = files.latest_checkpoint(model_dir) is not None
+    changed = (Config.check_resume(saved, config, source) if resuming
+               else Config.changes(saved, config))
+    if changed:
+        log(f"{'resuming' if resuming else 'starting'} with settings that differ from "
+            f"{source} (which will record them): " + ", ".join(
+                f"{flag} {flag_value(before)} -> {flag_value(now)}"
+                for flag, (before, now) in changed.items()))
 
 
 def _train(config, strategy, stop, log, record=None):
