@@ -271,13 +271,13 @@ class Run:
     memory_budget_gb: float = setting(
         0.0, "The card's memory in GiB (2^30 bytes). train: run the fastest plan (stock, "
         "--memory_saving, then --recompute segments) whose step fits it, less "
-        "--device_overhead_gb; report: also plan the largest batch and crop (0: off).")
+        "--device_overhead_gb; report: also find the largest batch and crop (0: off).")
     device_overhead_gb: float = setting(
         -1.0, "GiB of the card outside TF's allocator (CUDA context, cuDNN/cuBLAS "
         "workspaces), taken off --memory_budget_gb; -1: 0 on the CPU, 0.8 on a GPU.")
     verify_plan: bool = setting(True, "train with --memory_budget_gb: measure one step of a "
                                 "plan predicted within 15% of the budget before using it.")
-    report_verify_seconds: float = setting(300.0, "report: skip a plan-verification run "
+    report_verify_seconds: float = setting(300.0, "report: skip a size-verification run "
                                            "estimated to take longer (0: verify nothing, "
                                            "only predict).")
     report_dir: str = setting("", "report: output folder (default: MODEL_DIR/report).")
