@@ -111,3 +111,37 @@ def test_metadata_without_shard_sizes_is_named(tmp_path):
     path.write_text(json.dumps(meta))
     with pytest.raises(InputError, match="train-00000-of-00002.tfrecord"):
         read_tfrecords(str(tmp_path / "rec"), "train")
+
+
+def _contents(folder):
+    return {name: (folder / name).read_bytes() for name in sorted(os.listdir(folder))}
+
+
+def test_a_second_conversion_replaces_the_splits_shards_and_leaves_the_rest(tmp_path):
+    """(Before: the 3 old shards stayed beside the 2 new, and the split could not be read.)"""
+    cityscapes_tree(tmp_path / "png", n=4)
+    source = cityscapes.source(str(tmp_path / "png"), "train")
+    out = tmp_path / "rec"
+    write_tfrecords(source, str(out), "train", num_shards=3)
+    (out / "val.json").write_text("{}")  # another split's
+    (out / "notes.txt").write_text("mine")
+    shards = write_tfrecords(source, str(out), "train", num_shards=2)
+    assert sorted(os.listdir(out)) == sorted(["notes.txt", "train.json", "val.json",
+                                              *map(os.path.basename, shards)])
+    assert (out / "val.json").read_text() == "{}" and (out / "notes.txt").read_text() == "mine"
+    assert len(list(read_tfrecords(str(out), "train"))) == 4
+
+
+def test_a_conversion_that_fails_keeps_the_previous_one(tmp_path):
+    """A bad image half-way: the split's previous shards and metadata as they were, no
+    staging folder. (Before: the first shards rewritten, the rest and the JSON old.)"""
+    pairs = cityscapes_tree(tmp_path / "png", n=4)
+    source = cityscapes.source(str(tmp_path / "png"), "train")
+    out = tmp_path / "rec"
+    write_tfrecords(source, str(out), "train", num_shards=2)
+    before = _contents(out)
+    with open(pairs[3][0], "rb+") as image:  # truncated: the last shard's
+        image.truncate(60)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="cannot read or decode image"):
+        write_tfrecords(source, str(out), "train", num_shards=2)
+    assert _contents(out) == before

@@ -148,14 +148,22 @@ class Stage:
         names = sorted(os.listdir(self.dir),
                        key=lambda n: (self.last.index(n) + 1 if n in self.last else 0, n))
         old = os.path.join(self.root, _OLD)
-        for name in names:
-            new, target = os.path.join(self.dir, name), os.path.join(self.folder, name)
-            if os.path.lexists(target) and (os.path.isdir(target) or os.path.isdir(new)):
-                os.rename(target, os.path.join(old, name))
-            os.replace(new, target)
-        for name in self._removed:
-            if name not in names and os.path.lexists(os.path.join(self.folder, name)):
-                os.rename(os.path.join(self.folder, name), os.path.join(old, name))
+        try:
+            for name in names:
+                new, target = os.path.join(self.dir, name), os.path.join(self.folder, name)
+                if os.path.lexists(target) and (os.path.isdir(target) or os.path.isdir(new)):
+                    os.rename(target, os.path.join(old, name))
+                os.replace(new, target)
+            for name in self._removed:
+                if name not in names and os.path.lexists(os.path.join(self.folder, name)):
+                    os.rename(os.path.join(self.folder, name), os.path.join(old, name))
+        except OSError:
+            # What was renamed away goes back where nothing took its place (``close``
+            # would delete it with the staging folder).
+            for name in os.listdir(old):
+                if not os.path.lexists(os.path.join(self.folder, name)):
+                    os.rename(os.path.join(old, name), os.path.join(self.folder, name))
+            raise
 
     def close(self):
         _remove(self.root)
