@@ -41,7 +41,7 @@ def test_train_then_resume_continues_the_step_count(tmp_path, data_dir):
     # resident high-water mark, read during the run.
     peaks = re.findall(r"(gpu|cpu|rss)_peak ([0-9,]+) MiB", first.stdout)
     assert peaks and {label for label, _ in peaks} == {"rss"}, first.stdout[-2000:]
-    assert all(rss_before - 1 <= float(value) <= rss_after + 1 for _, value in peaks), \
+    assert all(rss_before - 1 <= float(value.replace(",", "")) <= rss_after + 1 for _, value in peaks), \
         (peaks, rss_before, rss_after)
     # The input pipeline's counts: logged at each log step, summed up at the end.
     bad = scalars(tmp_path / "train", "data/bad_examples")
