@@ -6,6 +6,7 @@ built on them.
 
 import tensorflow as tf
 
+from tfseg.layers.dilated import accumulator
 from tfseg.layers.inplace_norm import _gated
 
 
@@ -41,7 +42,10 @@ class _Input:
                                     self.pad[1][0]:self.pad[1][0] + shape[2]]
         d_scale = []
         if self.scale is not None:  # as TF's Mul gradient: the sum over the broadcast axes
-            d_scale = [tf.reduce_sum(d_prepared * self.activated, [1, 2], keepdims=True)]
+            # in float32 for half types, as TF's reduction kernels accumulate.
+            product = d_prepared * self.activated
+            d_scale = [tf.cast(tf.reduce_sum(tf.cast(product, accumulator(product.dtype)),
+                                             [1, 2], keepdims=True), product.dtype)]
             d_prepared = d_prepared * self.scale
         if self.activation == "relu":
             d_prepared = tf.raw_ops.ReluGrad(gradients=d_prepared, features=self.x)

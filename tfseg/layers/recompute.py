@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 from tensorflow.python.eager import record  # stop_recording has no public name
 
+from tfseg.layers.dilated import accumulator
 from tfseg.layers.inplace_norm import _gated
 
 
@@ -129,7 +130,9 @@ def _tail_backward(conv, y, dz):
             padding=padding)
     grads = {conv.kernel.value.ref(): tf.cast(dkernel, conv.kernel.dtype)}
     if conv.use_bias:
-        grads[conv.bias.value.ref()] = tf.cast(tf.reduce_sum(dz, [0, 1, 2]), conv.bias.dtype)
+        # Summed in float32 for half types (TF's CPU kernels sum float16 in float16).
+        grads[conv.bias.value.ref()] = tf.cast(
+            tf.reduce_sum(tf.cast(dz, accumulator(dz.dtype)), [0, 1, 2]), conv.bias.dtype)
     # The block's backward pass waits for the tail's gradients: dz and y are then
     # free before it starts, instead of alive beside its working set (TF's
     # executor ran the filter gradient last). XLA schedules by itself.
