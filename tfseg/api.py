@@ -90,12 +90,14 @@ def predict(config=None, *, log=print, **overrides):
 
 
 def export(config=None, *, log=print, **overrides):
-    """A SavedModel and a ``model.keras`` (uint8 RGB in, int32 classes out) of the latest
-    checkpoint, in ``export_dir``; returns that folder.
+    """The latest checkpoint in each of ``export_format`` (default a SavedModel and a
+    ``model.keras``; also ``tflite`` and ``onnx``: uint8 RGB in, int32 classes out), in
+    ``export_dir``; returns that folder.
 
     Example:
         tfseg.export(model_dir="runs/try", export_dir="runs/try/export")
+        tfseg.export(model_dir="runs/try", export_format=("tflite",), export_size=(97, 129))
     """
-    from tfseg.evaluation import export as exporting
+    from tfseg import deploy
 
-    return exporting.export(config_of(config, **overrides), log=log)
+    return deploy.export(config_of(config, **overrides), log=log)

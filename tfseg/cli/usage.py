@@ -23,7 +23,7 @@ MODE_HELP = {
     "train": "train (resumes from --model_dir's latest checkpoint)",
     "eval": "mIoU of a checkpoint on --eval_split; writes MODEL_DIR/eval/",
     "predict": "class maps and overlays for --input_path (an image or a folder)",
-    "export": "a SavedModel and a .keras file taking uint8 RGB images",
+    "export": "a SavedModel and a .keras file (--export_format: also tflite, onnx)",
     "report": "training memory of stock vs memory-saving vs recompute, side by side",
     "convert": "the train and eval splits as sharded TFRecords",
     "validate": "print the config these flags make, without TensorFlow",

@@ -43,6 +43,10 @@ WEIGHT_DECAY_TYPES = ("l2", "decoupled")
 # What --mode=predict writes per image: palette colours and an overlay, train ids, or
 # Cityscapes label ids (for its benchmark server).
 OUTPUT_FORMATS = ("colour", "train_ids", "label_ids")
+# What --mode=export can write (each a module of tfseg.deploy registered under its name;
+# tests/deploy/test_registry.py checks the two lists agree) and how a .tflite is quantised.
+EXPORT_FORMATS = ("saved_model", "keras", "tflite", "onnx")
+TFLITE_QUANTIZATIONS = ("none", "float16", "dynamic_int8", "int8")
 
 
 def unit_name(block, k):

@@ -4,10 +4,11 @@ import dataclasses
 from typing import Tuple
 
 from tfseg.config.names import (APPLICATION_BACKBONES, BACKBONES, BUILTIN_BACKBONE, DATASETS,
-                                DTYPE_POLICIES, EVAL_MODES, MODES, NORMS, OUTPUT_FORMATS,
-                                RECOMPUTE_BLOCKS, RECOMPUTE_HEAD, REPORT_VARIANTS, RESIZE_MODES,
-                                STRATEGIES, WEIGHT_DECAY_TYPES, check, distinct_devices, finite,
-                                folder_ok, one_of, recompute_names, setting, unit_name)
+                                DTYPE_POLICIES, EVAL_MODES, EXPORT_FORMATS, MODES, NORMS,
+                                OUTPUT_FORMATS, RECOMPUTE_BLOCKS, RECOMPUTE_HEAD, REPORT_VARIANTS,
+                                RESIZE_MODES, STRATEGIES, TFLITE_QUANTIZATIONS,
+                                WEIGHT_DECAY_TYPES, check, distinct_devices, finite, folder_ok,
+                                one_of, recompute_names, setting, unit_name)
 from tfseg.config.registry import phrase
 
 
@@ -264,6 +265,20 @@ class Run:
         "train_ids (NAME_label.png, one channel of class ids 0..C-1) or label_ids (NAME.png, "
         "Cityscapes label ids for its benchmark server; Cityscapes runs only).")
     export_dir: str = setting("", "export: output folder (default: MODEL_DIR/export).")
+    export_format: Tuple[str, ...] = setting(
+        ("saved_model", "keras"), f"export: what to write, any of {', '.join(EXPORT_FORMATS)} "
+        "(onnx: the export extra). Each takes uint8 RGB [1,H,W,3] and gives int32 "
+        "class ids [1,H,W] (docs/export.md).", items=(str, None))
+    export_size: Tuple[int, ...] = setting(
+        (), "export: the fixed HEIGHT,WIDTH of a .tflite's input (default: --eval_crop); "
+        "the SavedModel and ONNX take any size.", items=(int, None))
+    export_logits: bool = setting(False, "export: also output the float32 logits "
+                                  "[1,H,W,C] (named logits).")
+    tflite_quantization: str = setting(
+        "none", f"export: the .tflite's weights: {', '.join(TFLITE_QUANTIZATIONS)} (int8: "
+        "weights and activations, calibrated on --calibration_images training images).")
+    calibration_images: int = setting(100, "export with --tflite_quantization=int8: training "
+                                      "images that calibrate the activations' ranges.")
     overwrite: bool = setting(False, "export/predict: replace a non-empty --export_dir or "
                               "--output_dir that holds a previous export or predictions (the "
                               "new one is built beside it and swapped in whole); without it, "
@@ -300,6 +315,13 @@ class Run:
         one_of(self.strategy, STRATEGIES, "strategy")
         one_of(self.dtype_policy, DTYPE_POLICIES, "dtype_policy")
         one_of(self.output_format, OUTPUT_FORMATS, "output_format")
+        for name in self.export_format:
+            one_of(name, EXPORT_FORMATS, "export_format")
+        check(self.export_format, "export_format", "is empty; name at least one format")
+        check(len(self.export_size) in (0, 2) and min(self.export_size, default=1) >= 1,
+              "export_size", "must be HEIGHT,WIDTH, each >= 1")
+        one_of(self.tflite_quantization, TFLITE_QUANTIZATIONS, "tflite_quantization")
+        check(self.calibration_images >= 1, "calibration_images", "must be >= 1")
         check(self.model_dir.strip(), "model_dir", "is empty; give the run's folder "
               "(default: runs/synthetic)")
         folder_ok(self.model_dir, "model_dir")

@@ -1,0 +1,53 @@
+"""The .onnx file, by tf2onnx (the ``export`` extra): any image size, opset ``OPSET``.
+
+Opset 13 is read by every maintained runtime (onnxruntime >= 1.6, TensorRT >= 7.2,
+OpenVINO, ONNX.js / onnxruntime-web) and holds every op of the model (Resize with
+half_pixel or align_corners, ArgMax).
+
+Example::
+
+    session = onnxruntime.InferenceSession("export/model.onnx")
+    classes, = session.run(["classes"], {"image": uint8_image})
+"""
+
+import os
+import re
+
+from tfseg.deploy.registry import register
+from tfseg.deploy.serving import INPUT, converter_failed, serving_function
+
+ONNX_FILE = "model.onnx"
+OPSET = 13
+
+
+def convert(model, request, path):
+    """Writes the ONNX model of ``model`` (height and width dynamic) to ``path``.
+
+    Raises:
+      InputError: the converter failed, or left an op ONNX has not (one line naming the
+        format and the op).
+    """
+    import onnx
+    import tf2onnx
+
+    serve = serving_function(model, request.input_shape(fixed=False), request.logits)
+    try:
+        proto, _ = tf2onnx.convert.from_function(serve, input_signature=serve.input_signature,
+                                                 opset=OPSET)
+        # tf2onnx logs an op it cannot map and leaves it in: the checker names it.
+        onnx.checker.check_model(proto)
+    except Exception as error:
+        raise converter_failed("onnx", error) from None
+    # The dynamic sizes by name, not tf2onnx's unk__N.
+    for value in list(proto.graph.input) + list(proto.graph.output):
+        for axis, dim in zip(("batch", "height", "width"), value.type.tensor_type.shape.dim):
+            if dim.dim_param and re.match(r"unk__\d+", dim.dim_param):
+                dim.dim_param = axis
+    onnx.save(proto, path)
+
+
+@register("onnx", entries=(ONNX_FILE,), needs=("tf2onnx", "onnx"))
+def write(model, folder, request):
+    convert(model, request, os.path.join(folder, ONNX_FILE))
+    return (f"{ONNX_FILE} (opset {OPSET}; input {INPUT}: uint8 [1,height,width,3] -> "
+            f"{request.outputs()})")

@@ -1,0 +1,80 @@
+"""The export run: the trained model, in each format of ``--export_format``, written whole
+into ``--export_dir``."""
+
+import os
+
+import tensorflow as tf
+
+from tfseg import data as data_lib
+from tfseg.data.outputs import replaced_folder, require_replaceable
+from tfseg.evaluation.evaluate import eval_data
+from tfseg.evaluation.loading import load_model
+from tfseg.deploy.registry import EXPORTERS, all_entries
+from tfseg.deploy.serving import Request
+
+
+def calibration_images(config, size, count):
+    """A function yielding ``count`` uint8 images [1, H, W, 3] of the training split
+    (``--train_split``, in file order), each resized to ``size`` as a client would."""
+    def images():
+        split = config.replace(eval_split=config.data.train_split)
+        dataset = data_lib.build_dataset(eval_data(split), training=False).take(count)
+        for image, _ in dataset:
+            resized = tf.image.resize(tf.cast(image, tf.float32), size, "bilinear")
+            yield tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8).numpy()
+    return images
+
+
+def request_of(config, log=print):
+    """The ``Request`` of ``config``: the export size (default ``--eval_crop``), the
+    logits, the quantisation and, for int8, the calibration images."""
+    run = config.run
+    size = tuple(run.export_size or config.eval.crop)
+    calibration = (calibration_images(config, size, run.calibration_images)
+                   if run.tflite_quantization == "int8" else None)
+    return Request(size=size, logits=run.export_logits, quantization=run.tflite_quantization,
+                   calibration=calibration, log=log)
+
+
+def export(config, log=print):
+    """Writes each of ``--export_format`` into EXPORT_DIR (default MODEL_DIR/export);
+    returns EXPORT_DIR.
+
+    Formats (``tfseg.deploy.EXPORTERS``): ``saved_model`` (any size), ``keras``
+    (model.keras), ``tflite`` (model.tflite, ``--export_size``, ``--tflite_quantization``)
+    and ``onnx`` (model.onnx, any size; the ``export`` extra). All but keras take uint8
+    RGB [1, H, W, 3] and give int32 class ids [1, H, W].
+
+    The stock Keras model is exported whatever the training used (``--memory_saving``,
+    ``--recompute``, the many-class head, a split across devices): it holds the same
+    weights and none of the memory-saving twins' custom gradients.
+
+    The export is built in a folder beside EXPORT_DIR and swapped in whole at the end.
+    A non-empty EXPORT_DIR needs ``--overwrite`` (``config.run.overwrite``), and then
+    must hold an export and nothing else.
+
+    Example::
+
+        tfseg.deploy(model_dir="runs/try", export_format=("tflite", "onnx"))
+
+    Raises:
+      InputError: a format's converter is missing (names the extra) or failed (names
+        the format and the op); EXPORT_DIR is a file, is not empty (without
+        --overwrite), holds other files than an export's, or cannot be written.
+    """
+    run = config.run
+    exporters = [EXPORTERS[name] for name in dict.fromkeys(run.export_format)]
+    for exporter in exporters:
+        exporter.require()
+    export_dir = run.export_dir or os.path.join(run.model_dir, "export")
+    entries = all_entries()
+    require_replaceable(export_dir, "--export_dir", run.overwrite, "an export",
+                        lambda name: name in entries)
+    model, _, path, config = load_model(config, stock=True, log=log)
+    request = request_of(config, log)
+    written = []
+    with replaced_folder(export_dir, "--export_dir") as new:
+        for exporter in exporters:
+            written.append(exporter.write(model, new, request))
+    log(f"exported {path} to {export_dir}:\n" + "\n".join(f"  {w}" for w in written))
+    return export_dir

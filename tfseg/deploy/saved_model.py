@@ -1,0 +1,35 @@
+"""The SavedModel: TF Serving's format, any image size (signature ``serving_default``)."""
+
+import os
+
+import tensorflow as tf
+
+from tfseg.deploy.registry import register
+from tfseg.deploy.serving import INPUT, serving_function
+
+SAVED_MODEL = "saved_model"
+
+
+class Segmenter(tf.Module):
+    """Serving wrapper: uint8 RGB ``image`` [1, H, W, 3] -> int32 ``classes`` [1, H, W]
+    (and float32 ``logits`` [1, H, W, C] with ``logits=True``), any H and W.
+
+    Example::
+
+        served = tf.saved_model.load("export/saved_model").signatures["serving_default"]
+        served(image=tf.zeros([1, 97, 129, 3], tf.uint8))["classes"]
+    """
+
+    def __init__(self, model, logits=False):
+        super().__init__()
+        self.model = model
+        self.serve = serving_function(model, [1, None, None, 3], logits)
+
+
+@register("saved_model", entries=(SAVED_MODEL,))
+def write(model, folder, request):
+    module = Segmenter(model, request.logits)
+    tf.saved_model.save(module, os.path.join(folder, SAVED_MODEL),
+                        signatures={"serving_default": module.serve})
+    return (f"{SAVED_MODEL} (signature serving_default: uint8 {INPUT} [1,H,W,3] -> "
+            f"{request.outputs()})")

@@ -1,0 +1,91 @@
+"""What every export format computes: uint8 RGB in, int32 class ids (and optionally the
+logits) out, with the normalisation inside, so that clients send raw pixels.
+
+Example::
+
+    request = Request(size=(97, 129), logits=True)
+    fn = serving_function(model, request.input_shape(fixed=True), request.logits)
+    fn(tf.zeros([1, 97, 129, 3], tf.uint8))["classes"].shape  # (1, 97, 129)
+"""
+
+import dataclasses
+import re
+from typing import Callable, Optional, Tuple
+
+import tensorflow as tf
+from tensorflow.python.framework.convert_to_constants import \
+    convert_variables_to_constants_v2
+
+from tfseg.errors import InputError
+from tfseg.models import normalize
+
+INPUT = "image"
+CLASSES = "classes"
+LOGITS = "logits"
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """What the formats are asked to write.
+
+    Attributes:
+      size: (height, width) of the fixed-size formats' input (TFLite).
+      logits: also output float32 logits [1, H, W, C] as ``logits``.
+      quantization: the .tflite's (``--tflite_quantization``).
+      calibration: ``calibration()`` yields uint8 [1, H, W, 3] images of ``size``
+        (``--tflite_quantization=int8`` only reads it).
+      log: progress lines.
+    """
+
+    size: Tuple[int, int] = (129, 129)
+    logits: bool = False
+    quantization: str = "none"
+    calibration: Optional[Callable] = None
+    log: Callable = print
+
+    def input_shape(self, fixed):
+        return [1, *self.size, 3] if fixed else [1, None, None, 3]
+
+    def outputs(self):
+        """The phrase naming the outputs, for the export's log line."""
+        return f"int32 {CLASSES} [1,H,W]" + (f", float32 {LOGITS} [1,H,W,C]" if self.logits
+                                              else "")
+
+
+def serving_function(model, shape, logits=False):
+    """A ``tf.function`` of uint8 ``image`` [``shape``] -> {"classes": int32 [1, H, W]}
+    (and "logits": float32 [1, H, W, C] if ``logits``), the model in inference mode."""
+    @tf.function(input_signature=[tf.TensorSpec(shape, tf.uint8, name=INPUT)])
+    def serve(image):
+        scores = model(normalize(image), training=False)
+        out = {CLASSES: tf.argmax(scores, -1, output_type=tf.int32)}
+        if logits:
+            out[LOGITS] = tf.cast(scores, tf.float32)
+        return out
+    return serve
+
+
+def frozen_function(model, shape, logits=False):
+    """``serving_function`` with the weights folded in as constants, outputs named as
+    there: what TFLite converts. (TF 2.21's converter, given the variables of a Keras 3
+    model, from a SavedModel or a concrete function with the model to track, writes a
+    file without their values: every output NaN.)"""
+    concrete = serving_function(model, shape, logits).get_concrete_function()
+    names = sorted(concrete.structured_outputs)  # a dict flattens in sorted key order
+    frozen = convert_variables_to_constants_v2(concrete)
+
+    @tf.function(input_signature=[tf.TensorSpec(shape, tf.uint8, name=INPUT)])
+    def serve(image):
+        return dict(zip(names, frozen(image)))
+    return serve
+
+
+def converter_failed(name, error):
+    """The one-line InputError of a converter's ``error``: the format, the op it names
+    (TF's 'tf.Op' / tf2onnx's 'No Op registered for Op'), and the error's first line."""
+    text = str(error)
+    op = re.search(r"'(tfl?\.\w+)' op|No Op registered for (\w+)|[Uu]nsupported ops?:? "
+                   r"\W*(\w+)", text)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), repr(error))
+    what = f" on op {next(g for g in op.groups() if g)}" if op else ""
+    return InputError(f"--export_format={name}: the converter failed{what}: {first[:300]}")

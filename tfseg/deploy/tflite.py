@@ -1,0 +1,64 @@
+"""The .tflite (LiteRT) file: a fixed input size, as mobile runtimes want, and the weights
+in float32, float16 or int8 (``--tflite_quantization``).
+
+A client resizes its image to the export size (bilinear) before sending it, and the
+class map back to the image's size (nearest neighbour): docs/export.md.
+
+Example::
+
+    interpreter = tf.lite.Interpreter("export/model.tflite")
+    classes = interpreter.get_signature_runner()(image=uint8_image)["classes"]
+"""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from tfseg.deploy.registry import register
+from tfseg.deploy.serving import INPUT, converter_failed, frozen_function
+
+TFLITE_FILE = "model.tflite"
+
+
+def _quantize(converter, request):
+    """Sets ``converter``'s optimisations for ``request.quantization``."""
+    kind = request.quantization
+    if kind == "none":
+        return
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if kind == "float16":
+        converter.target_spec.supported_types = [tf.float16]
+    elif kind == "int8":
+        # Activations too, their ranges from real images; the uint8 input and int32
+        # output keep their types, so the signature is the float model's.
+        def representative():
+            for image in request.calibration():
+                yield {INPUT: np.asarray(image, np.uint8)}
+        converter.representative_dataset = representative
+
+
+def convert(model, request):
+    """The .tflite bytes of ``model`` at ``request.size``.
+
+    Raises:
+      InputError: the converter failed (one line naming the format and the op).
+    """
+    serve = frozen_function(model, request.input_shape(fixed=True), request.logits)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions(
+        [serve.get_concrete_function()], tf.Module())
+    _quantize(converter, request)
+    try:
+        return converter.convert()
+    except Exception as error:  # the converter raises ConverterError and others
+        raise converter_failed("tflite", error) from None
+
+
+@register("tflite", entries=(TFLITE_FILE,))
+def write(model, folder, request):
+    with open(os.path.join(folder, TFLITE_FILE), "wb") as f:
+        f.write(convert(model, request))
+    height, width = request.size
+    return (f"{TFLITE_FILE} ({request.quantization if request.quantization != 'none' else 'float32'}"
+            f"; signature serving_default: uint8 {INPUT} [1,{height},{width},3] -> "
+            f"{request.outputs()})")
