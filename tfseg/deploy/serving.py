@@ -82,10 +82,15 @@ def frozen_function(model, shape, logits=False):
 
 def converter_failed(name, error):
     """The one-line InputError of a converter's ``error``: the format, the op it names
-    (TF's 'tf.Op' / tf2onnx's 'No Op registered for Op'), and the error's first line."""
-    text = str(error)
-    op = re.search(r"'(tfl?\.\w+)' op|No Op registered for (\w+)|[Uu]nsupported ops?:? "
-                   r"\W*(\w+)", text)
-    first = next((line.strip() for line in text.splitlines() if line.strip()), repr(error))
-    what = f" on op {next(g for g in op.groups() if g)}" if op else ""
-    return InputError(f"--export_format={name}: the converter failed{what}: {first[:300]}")
+    (TF's 'tf.Op' / tf2onnx's 'No Op registered for Op'), and the line that names it
+    (else the error's first line)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [repr(error)]
+    pattern = re.compile(r"'(tfl?\.\w+)' op|No Op registered for (\w+)")
+    for line in lines:
+        found = pattern.search(line)
+        if found:
+            op = next(g for g in found.groups() if g)
+            detail = line[found.start():]
+            return InputError(f"--export_format={name}: the converter failed on op {op}: "
+                              f"{detail[:300]}")
+    return InputError(f"--export_format={name}: the converter failed: {lines[0][:300]}")

@@ -1,0 +1,28 @@
+"""The export formats' registry: the formats registered are --export_format's names, and a
+format whose converter is not installed is refused before any work, naming the extra."""
+
+import pytest
+
+from tfseg.config.names import EXPORT_FORMATS
+from tfseg.deploy import EXPORTERS, EXTRA, Exporter
+from tfseg.errors import InputError
+
+
+def test_registered_formats_are_the_flags_names():
+    assert set(EXPORTERS) == set(EXPORT_FORMATS)
+    entries = [entry for exporter in EXPORTERS.values() for entry in exporter.entries]
+    assert len(entries) == len(set(entries))  # no two formats write the same file
+
+
+def test_a_missing_converter_names_the_extra():
+    exporter = Exporter("onnx", ("model.onnx",), write=None,
+                        needs=("tfseg_no_such_module_a", "onnx"))
+    with pytest.raises(InputError) as error:
+        exporter.require()
+    assert str(error.value) == ('--export_format=onnx needs tfseg_no_such_module_a, which is '
+                                'not installed: pip install "tfseg[export]"')
+    assert EXTRA in str(error.value) and "\n" not in str(error.value)
+
+
+def test_only_onnx_needs_the_extra():
+    assert {name for name, e in EXPORTERS.items() if e.needs} == {"onnx"}
