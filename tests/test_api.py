@@ -38,7 +38,7 @@ def test_train_evaluate_predict_export_in_python(tmp_path):
     assert result["step"] == 2 and result["checkpoint"].endswith("ckpt-2")
     assert any("from scratch" in m for m in messages)
     metrics = tfseg.evaluate(data_dir=data_dir, model_dir=run, log=messages.append, **TINY)
-    assert metrics == json.load(open(os.path.join(run, "eval", "eval.json")))
+    assert metrics == json.load(open(os.path.join(run, "eval", "whole.json")))
     assert 0 <= metrics["miou"] <= 1 and metrics["step"] == 2
     image = sorted(p for p, _, files in os.walk(data_dir) for f in files if "leftImg8bit" in f)
     written = tfseg.predict(model_dir=run, input_path=image[0], output_dir=str(tmp_path / "out"),

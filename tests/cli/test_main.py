@@ -212,5 +212,5 @@ def test_the_readme_command_in_a_fresh_process(tmp_path):
     assert f"TensorBoard logs in {run}" in proc.stdout and "\nnext:\n" in proc.stdout
     assert "oneDNN" not in proc.stderr, proc.stderr[-2000:]
     assert len(list(data.glob("leftImg8bit/train/*/*.png"))) == 40
-    result = json.loads((run / "eval" / "eval.json").read_text())
+    result = json.loads((run / "eval" / "whole.json").read_text())
     assert result["step"] == 3 and result["images"] == 10 and 0 <= result["miou"] <= 1

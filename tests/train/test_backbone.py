@@ -39,7 +39,7 @@ def test_resnet50_trains_with_memory_saving_and_evaluates_from_its_config(data_d
     proc = run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
                     "--dataset=cityscapes", timeout=300)
     assert f"settings from {model_dir}/config.json: {{'backbone': 'resnet50'" in proc.stdout
-    result = json.load(open(model_dir / "eval" / "eval.json"))
+    result = json.load(open(model_dir / "eval" / "whole.json"))
     assert result["step"] == 2 and result["images"] == 2
     assert 0.0 <= result["miou"] <= 1.0 and np.isfinite(result["miou"])
 

@@ -82,14 +82,14 @@ def test_fine_tuning_from_an_imported_checkpoint_records_its_conventions(
     proc = run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={tmp_path}",
                     "--dataset=cityscapes")
     assert "'head_epsilon': 1e-05, 'resize': 'align_corners'" in proc.stdout, proc.stdout
-    assert json.load(open(tmp_path / "eval" / "eval.json"))["step"] == 3
+    assert json.load(open(tmp_path / "eval" / "whole.json"))["step"] == 3
 
 
 def test_eval_of_an_imported_checkpoint(zoo, data_dir, tmp_path):
     prefix, _ = zoo
     run_main("--mode=eval", f"--init_checkpoint={os.path.dirname(prefix)}",  # its folder
              f"--data_dir={data_dir}", f"--model_dir={tmp_path}", *FLAGS)
-    result = json.load(open(tmp_path / "eval" / "eval.json"))
+    result = json.load(open(tmp_path / "eval" / "whole.json"))
     assert result["checkpoint"] == prefix and 0 <= result["miou"] <= 1
 
 

@@ -34,7 +34,7 @@ def test_train_then_resume_continues_the_step_count(tmp_path, data_dir):
     # --eval_every: val mIoU during training, logged and in TensorBoard at steps 2 and 4.
     evals = re.findall(r"step ([24]): val mIoU 0\.\d{4} \(whole image, 2 images", first.stdout)
     assert evals == ["2", "4"], first.stdout[-2000:]
-    mious = scalars(tmp_path / "eval", "miou")
+    mious = scalars(tmp_path / "eval", "miou/whole")
     assert sorted(mious) == [2, 4] and all(0 <= v <= 1 for v in mious.values())
     # The progress bar's memory peak, labelled with where it comes from: with oneDNN off
     # (tests/conftest.py) the CPU allocator keeps no statistics, so it is this process's
@@ -165,7 +165,7 @@ def test_sigterm_during_the_evaluation_of_train_and_eval_exits_0(tmp_path, data_
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == 0, output[-3000:]  # the training it stopped after is saved
     assert re.search(r"SIGTERM: evaluation stopped after \d+ images; nothing written", output)
-    assert not (tmp_path / "eval" / "eval.json").exists()
+    assert not (tmp_path / "eval" / "whole.json").exists()
     # --mode=eval alone did nothing it was asked to: not a success.
     proc = start_main(f"--data_dir={data_dir}", f"--model_dir={tmp_path}", "--mode=eval",
                       *TINY_FLAGS)
@@ -173,7 +173,7 @@ def test_sigterm_during_the_evaluation_of_train_and_eval_exits_0(tmp_path, data_
     proc.send_signal(signal.SIGTERM)
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == 128 + signal.SIGTERM, output[-3000:]
-    assert not (tmp_path / "eval" / "eval.json").exists()
+    assert not (tmp_path / "eval" / "whole.json").exists()
 
 
 @pytest.mark.slow

@@ -78,7 +78,7 @@ def test_main_trains_with_class_shards_and_evaluates_with_the_stock_head(data_di
     assert "ShardedLogits" not in proc.stderr
     saved = dict(tf.train.list_variables(str(model_dir / "ckpt-2")))
     assert saved["weights/logits.Skernel/.ATTRIBUTES/VARIABLE_VALUE"][-1] == 19
-    assert os.path.exists(model_dir / "eval" / "eval.json")
+    assert os.path.exists(model_dir / "eval" / "whole.json")
 
 
 def test_bad_class_shards_and_devices_exit_2_in_one_line(data_dir, tmp_path):

@@ -47,9 +47,31 @@ def test_matches_numpy_with_ignore_pixels_and_absent_classes(tmp_path):
     assert [int(v) for v in rows[1].split(",")[1:]] == list(confusion[0])
     table = metrics.table()
     assert table[-3].split() == ["mIoU", f"{miou:.4f}"]
-    # c6 has no IoU: the table says why, and over how many classes the mean is.
-    assert table[-1] == (f"-: 1 of {num_classes} classes are neither in the labels nor "
-                         f"predicted; the mIoU is the mean over the other {num_classes - 1}")
+    # c6 is not labelled: not listed, counted under the table with the mean's classes.
+    assert [line.split()[0] for line in table[1:-3]] == [f"c{i}" for i in range(6)]
+    assert table[-1] == (f"not listed: 1 of {num_classes} classes absent from the labels; "
+                         f"the mIoU is the mean over {num_classes - 1} classes")
+
+
+def test_the_table_lists_the_labelled_classes_and_names_the_predicted_absent_ones():
+    """Of 6 classes, "road" and "sky" are labelled; "car" is only predicted (an IoU of 0
+    that lowers the mIoU: named); the other three are neither (counted only)."""
+    names = ["road", "sidewalk", "sky", "car", "bus", "train"]
+    metrics = SegmentationMetrics(len(names), names)
+    labels = np.array([[0, 0, 2, 2, 255]])
+    metrics.update(labels, np.array([[0, 3, 2, 2, 1]]))  # the ignored pixel's 1 counts not
+    table = metrics.table()
+    rows = {line.split()[0]: line.split()[-1] for line in table[1:3]}
+    assert rows == {"road": "0.5000", "sky": "1.0000"}
+    assert table[3].split() == ["mIoU", f"{(0.5 + 1.0 + 0.0) / 3:.4f}"]
+    assert table[-1] == ("not listed: 4 of 6 classes absent from the labels; 1 of them "
+                         "predicted (IoU 0 in the mIoU): car; the mIoU is the mean over "
+                         "3 classes")
+    assert len(table) == 6  # header, 2 classes, mIoU, pixel accuracy, the note
+    everything = SegmentationMetrics(2, ["a", "b"])
+    everything.update(np.array([[0, 1]]), np.array([[0, 1]]))
+    assert [line.split()[0] for line in everything.table()] == ["class", "a", "b", "mIoU",
+                                                                "pixel"]
 
 
 def test_perfect_and_empty():

@@ -10,38 +10,68 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from tests.train.conftest import TINY_FLAGS, run_main
+from tests.train.conftest import TINY_FLAGS, run_main, scalars
 from tfseg.config import Config
 from tfseg.models import normalize
 
 
-def test_eval_writes_eval_json(trained_copy):
+def test_eval_writes_the_results_of_its_mode(trained_copy):
     """(The sliding and multi-scale modes are tested in-process in test_inference.py.)"""
     data_dir, model_dir = trained_copy
     mode_flags = ("--eval_mode=sliding", "--eval_crop=33,49", "--eval_stride=20,30")
     proc = run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
                     *mode_flags)
-    result = json.load(open(os.path.join(model_dir, "eval", "eval.json")))
+    name = "sliding_33x49_stride20x30"
+    result = json.load(open(os.path.join(model_dir, "eval", f"{name}.json")))
     assert 0.0 <= result["miou"] <= 1.0 and 0.0 <= result["pixel_accuracy"] <= 1.0
     assert result["step"] == 6 and result["images"] == 2
     assert result["checkpoint"].endswith("ckpt-6")
-    assert result["eval_mode"] == mode_flags[0].split("=")[1]
+    assert result["eval_mode"] == "sliding" and result["result"] == name
+    assert result["inference"] == {"mode": "sliding", "window": [33, 49], "stride": [20, 30],
+                                   "size_multiple": 16, "size_plus_one": False}
     assert set(result["per_class_iou"]) >= {"road", "sky", "car"}
     assert result["data"] == {"bad_examples": 0, "unknown_label_pixels": 0,
                               "unknown_label_examples": 0}
     assert "bad examples skipped" not in proc.stdout  # said only when not 0
     assert "mIoU" in proc.stdout and "sky" in proc.stdout
-    rows = open(os.path.join(model_dir, "eval", "confusion.csv")).read().splitlines()
+    rows = open(os.path.join(model_dir, "eval", f"{name}_confusion.csv")).read().splitlines()
     assert len(rows) == 20  # header + 19 Cityscapes classes
     assert sum(int(v) for row in rows[1:] for v in row.split(",")[1:]) == \
         result["labelled_pixels"]
+
+
+@pytest.mark.slow
+def test_two_eval_modes_of_one_checkpoint_keep_both_results(trained_copy):
+    """Whole-image, then multi-scale, then multi-scale at other scales: three files, each
+    with its settings, the checkpoint and the time, and a TensorBoard tag each."""
+    data_dir, model_dir = trained_copy
+    common = ("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+              "--checkpoint=ckpt-3")
+    run_main(*common)
+    run_main(*common, "--eval_mode=multiscale", "--eval_scales=0.75,1", "--eval_flip")
+    run_main(*common, "--eval_mode=multiscale", "--eval_scales=1.5", "--noeval_flip")
+    folder = model_dir / "eval"
+    names = ("whole", "multiscale_0.75-1_flip", "multiscale_1.5")
+    assert sorted(n for n in os.listdir(folder) if n.endswith(".json")) == \
+        sorted(f"{n}.json" for n in names)
+    results = {n: json.load(open(folder / f"{n}.json")) for n in names}
+    sizes = {"size_multiple": 16, "size_plus_one": False}  # the run's output stride
+    assert [results[n]["inference"] for n in names] == [
+        {"mode": "whole", **sizes},
+        {"mode": "multiscale", "scales": [0.75, 1.0], "flip": True, **sizes},
+        {"mode": "multiscale", "scales": [1.5], "flip": False, **sizes}]
+    for name, result in results.items():
+        assert result["checkpoint"] == f"{model_dir}/ckpt-3" and result["step"] == 3
+        assert result["evaluated_at"].endswith("+00:00") and result["result"] == name
+        assert (folder / f"{name}_confusion.csv").exists()
+        assert scalars(folder, f"miou/{name}") == {3: pytest.approx(result["miou"])}
 
 
 def test_eval_of_a_named_checkpoint(trained_copy):
     data_dir, model_dir = trained_copy
     run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
              "--checkpoint=ckpt-3")
-    result = json.load(open(os.path.join(model_dir, "eval", "eval.json")))
+    result = json.load(open(os.path.join(model_dir, "eval", "whole.json")))
     assert result["step"] == 3
 
 
@@ -86,7 +116,7 @@ def test_eval_with_a_checkpoint_of_another_run_uses_that_runs_config(trained, tm
     proc = run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={other}",
                     f"--checkpoint={model_dir}/ckpt-3")
     assert f"{model_dir}/config.json" in proc.stdout
-    result = json.load(open(other / "eval" / "eval.json"))
+    result = json.load(open(other / "eval" / "whole.json"))
     assert result["step"] == 3 and result["checkpoint"] == f"{model_dir}/ckpt-3"
 
 
@@ -134,9 +164,12 @@ def test_predict_writes_label_and_overlay_pngs_without_the_data_set(trained, tmp
     palette = {tuple(c) for c in json.load(open(os.path.join(model_dir, "config.json")))["palette"]}
     for name in names:
         with Image.open(out / name) as png:
-            assert png.size == (96, 64) and png.mode == "RGB"
+            assert png.mode == "RGB"
             if name.endswith("_label.png"):  # every pixel is a class colour
+                assert png.size == (96, 64)
                 assert {tuple(c) for c in np.asarray(png).reshape(-1, 3)} <= palette
+            else:  # the image, then the legend's strip (tests/evaluation/test_legend.py)
+                assert png.size[0] >= 96 and png.size[1] > 64
 
 
 @pytest.mark.slow

@@ -387,21 +387,21 @@ def test_sigterm_during_convert_leaves_each_split_old_or_new(conversions, tmp_pa
 
 def _eval_state(folder, old):
     """"old" if ``folder`` holds the files of ``old`` unchanged, "new" if it holds a whole
-    new evaluation of ckpt-6 (eval.json, a confusion.csv that agrees with it, one more
-    TensorBoard events file) beside the old events, else what it holds."""
+    new evaluation of ckpt-6 (whole.json, a whole_confusion.csv that agrees with it, one
+    more TensorBoard events file) beside the old events, else what it holds."""
     state = _files(folder)
     if state == old:
         return "old"
     try:
-        result = json.load(open(folder / "eval.json"))
-        rows = open(folder / "confusion.csv").read().splitlines()
+        result = json.load(open(folder / "whole.json"))
+        rows = open(folder / "whole_confusion.csv").read().splitlines()
     except (OSError, ValueError):
         return state
     events = [name for name in state if name.startswith("events")]
     whole = (result["step"] == 6 and len(rows) == 20 and len(events) == 2
              and sum(int(v) for row in rows[1:] for v in row.split(",")[1:])
-             == result["labelled_pixels"] and set(state) == {"eval.json", "confusion.csv",
-                                                            *events})
+             == result["labelled_pixels"]
+             and set(state) == {"whole.json", "whole_confusion.csv", *events})
     return "new" if whole and {k: old[k] for k in old if k.startswith("events")}.items() \
         <= state.items() else state
 
@@ -429,7 +429,7 @@ def test_sigterm_during_eval_leaves_the_old_results_or_the_new(evaluated):
     assert proc.returncode == 128 + signal.SIGTERM, output[-2000:]
     assert _eval_state(model_dir / "eval", old) == "old"
     writing = lambda entries, t0: any(  # noqa: E731
-        mtime >= t0 and (STAGING_PREFIX in path or path == "eval/eval.json")
+        mtime >= t0 and (STAGING_PREFIX in path or path == "eval/whole.json")
         for path, mtime, _ in entries)
     code, output = _signal_at(writing, model_dir, *args)
     assert code in (0, 128 + signal.SIGTERM), output[-2000:]
@@ -449,11 +449,11 @@ def _file_size_limit(limit):
 
 @pytest.mark.slow
 def test_a_write_cut_short_during_eval_keeps_the_previous_results(evaluated):
-    """A file-size limit that eval.json passes half-way (as a full disk would): one line,
-    and the previous eval.json, confusion.csv and events as they were. (Before: a torn
-    eval.json.)"""
+    """A file-size limit that whole.json passes half-way (as a full disk would): one line,
+    and the previous whole.json, whole_confusion.csv and events as they were. (Before: a
+    torn eval.json.)"""
     data_dir, model_dir, old = evaluated
-    limit = os.path.getsize(model_dir / "eval" / "eval.json") // 2
+    limit = os.path.getsize(model_dir / "eval" / "whole.json") // 2
     proc = run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
                     check=False, preexec_fn=_file_size_limit(limit))
     assert "mIoU" in proc.stdout, proc.stdout[-2000:]

@@ -96,3 +96,89 @@ def test_label_ids_of_a_model_of_other_classes_exits_2_naming_the_flag(trained, 
                                "label ids"), lines[0]
     assert "part0, part1, part2, ... (19)" in lines[0]
     assert not out.exists() or not os.listdir(out)
+
+
+def _good_and_bad_inputs(data_dir, folder):
+    """``folder`` with two good images (a.png, z.png) and a text file named notes.png."""
+    os.makedirs(folder)
+    val = os.path.join(data_dir, *VAL_CITY)
+    for name, source in zip(("a.png", "z.png"), sorted(os.listdir(val))):
+        shutil.copy(os.path.join(val, source), folder / name)
+    (folder / "notes.png").write_text("not an image: notes of the run\n")
+    return folder
+
+
+def test_skip_bad_examples_writes_every_readable_image_and_names_each_bad_file(trained,
+                                                                               tmp_path):
+    data_dir, model_dir = trained
+    images = _good_and_bad_inputs(data_dir, tmp_path / "images")
+    (images / "broken.png").write_bytes(open(images / "a.png", "rb").read()[:200])
+    out = tmp_path / "out"
+    common = ("--mode=predict", "--dataset=cityscapes", f"--data_dir={tmp_path / 'no_data'}",
+              f"--model_dir={model_dir}", f"--input_path={images}", f"--output_dir={out}")
+    proc = run_main(*common, "--skip_bad_examples")
+    assert sorted(os.listdir(out)) == ["a_label.png", "a_overlay.png", "z_label.png",
+                                       "z_overlay.png"]
+    skipped = [line for line in proc.stdout.splitlines() if line.startswith("skipped")]
+    assert len(skipped) == 2, proc.stdout[-2000:]
+    assert skipped[0].startswith(f"skipped (--skip_bad_examples): cannot read image "
+                                 f"{images}/broken.png: ")
+    assert skipped[1] == (f"skipped (--skip_bad_examples): cannot read image "
+                          f"{images}/notes.png: not an image file of a format PIL reads")
+    assert f"wrote 4 PNGs for 2 image(s) to {out}; skipped 2 unreadable file(s)" \
+        in proc.stdout
+    # Without the flag: the first bad file, named in one line; nothing written.
+    (images / "broken.png").unlink()
+    shutil.rmtree(out)
+    proc = run_main(*common, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"tfseg: error: cannot read image {images}/notes.png: not an image file of a "
+        f"format PIL reads"]
+    assert not out.exists() or not os.listdir(out)
+
+
+def test_skip_bad_examples_with_no_readable_image_exits_2(trained, tmp_path):
+    data_dir, model_dir = trained
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "notes.png").write_text("not an image")
+    proc = run_main("--mode=predict", "--dataset=cityscapes",
+                    f"--data_dir={tmp_path / 'no_data'}", f"--model_dir={model_dir}",
+                    f"--input_path={images}", f"--output_dir={tmp_path / 'out'}",
+                    "--skip_bad_examples", check=False)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"tfseg: error: --input_path: none of the 1 image file(s) in {images} could be read"]
+    assert "skipped (--skip_bad_examples): cannot read image" in proc.stdout
+    assert not (tmp_path / "out").exists() or not os.listdir(tmp_path / "out")
+
+
+def test_overlays_carry_a_legend_of_the_classes_predicted(trained, tmp_path):
+    """The overlay is the blend of image and label colours on top, and below it a swatch
+    of each class in the label image (and of no other)."""
+    from tests.evaluation.test_legend import _has_block
+    from tfseg.evaluation.legend import SWATCH
+
+    data_dir, model_dir = trained
+    images = _good_and_bad_inputs(data_dir, tmp_path / "images")
+    (images / "notes.png").unlink()
+    out = tmp_path / "out"
+    config = Config.from_flat(mode="predict", dataset="cityscapes", model_dir=model_dir,
+                              data_dir=str(tmp_path / "no_data"), input_path=str(images),
+                              output_dir=str(out))
+    predict(config, log=lambda *a: None)
+    palette = np.asarray(json.load(open(os.path.join(model_dir, "config.json")))["palette"],
+                         np.uint8)
+    for stem in ("a", "z"):
+        with Image.open(out / f"{stem}_label.png") as label:
+            colours = np.asarray(label)
+        with Image.open(out / f"{stem}_overlay.png") as png:
+            overlay = np.asarray(png)
+        with Image.open(images / f"{stem}.png") as image:
+            rgb = np.asarray(image.convert("RGB"))
+        blend = (0.5 * colours + 0.5 * rgb).astype(np.uint8)
+        np.testing.assert_array_equal(overlay[:64, :96], blend)
+        present = {tuple(c) for c in colours.reshape(-1, 3)}
+        for colour in palette:
+            assert _has_block(overlay[64:], colour, SWATCH - 2) == (tuple(colour) in present)

@@ -219,7 +219,7 @@ def test_eval_reads_the_newest_checkpoint_when_rotation_removes_the_one_it_found
     monkeypatch.setattr(checkpoints.Checkpoints, "restore", rotate_first)
     proc = run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={run}")
     assert [os.path.basename(p) for p in calls] == ["ckpt-6", "ckpt-9"], calls
-    result = json.load(open(run / "eval" / "eval.json"))
+    result = json.load(open(run / "eval" / "whole.json"))
     assert result["checkpoint"].endswith("ckpt-9") and "--checkpoint" not in proc.stdout
     calls.clear()
     line = _one_line(run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={run}",

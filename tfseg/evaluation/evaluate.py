@@ -1,29 +1,34 @@
-"""The eval run: a checkpoint's metrics on the evaluation split, as JSON, CSV and TensorBoard;
-and ``PeriodicEval``, the cheap whole-image mIoU that training logs every ``--eval_every`` steps."""
+"""The eval run: a checkpoint's metrics on the evaluation split, as JSON, CSV and TensorBoard
+(one set of files per inference setting: ``tfseg.evaluation.results``); and
+``PeriodicEval``, the cheap whole-image mIoU that training logs every ``--eval_every`` steps."""
 
 import dataclasses
-import json
+import datetime
 import os
 import time
 
 import tensorflow as tf
 
 from tfseg import data as data_lib
-from tfseg.data.outputs import staged
 from tfseg.errors import InputError
 from tfseg.evaluation.inference import InferenceConfig, Predictor
 from tfseg.evaluation.loading import load_model
 from tfseg.evaluation.metrics import SegmentationMetrics
+from tfseg.evaluation.results import (CONFUSION_SUFFIX, result_name, settings, write,
+                                      write_scalars)
 from tfseg.runtime import builders
 
-EVAL_JSON = "eval.json"
-CONFUSION_CSV = "confusion.csv"
 EVAL_SUBDIR = "eval"
 
 
-def inference_config(config):
-    """``config.eval`` as the ``InferenceConfig`` it holds the fields of."""
-    return InferenceConfig(**dataclasses.asdict(config.eval))
+def inference_config(config, **overrides):
+    """``config.eval`` as the ``InferenceConfig`` it holds the fields of, with the pass
+    sizes of ``config.model`` (its output stride, + 1 for ``align_corners`` resizes)
+    and ``overrides`` (``mode="whole"``)."""
+    fields = dict(dataclasses.asdict(config.eval),
+                  size_multiple=config.model.output_stride,
+                  size_plus_one=config.model.resize == "align_corners")
+    return InferenceConfig(**{**fields, **overrides})
 
 
 def _step_of(path):
@@ -52,25 +57,19 @@ def run_metrics(predictor, dataset, class_names, stop=None):
     return metrics, images, time.perf_counter() - start
 
 
-def write_scalars(writer, result, step):
-    with writer.as_default():
-        tf.summary.scalar("miou", result["miou"], step)
-        tf.summary.scalar("pixel_accuracy", result["pixel_accuracy"], step)
-    writer.flush()
-
-
 class PeriodicEval:
     """Whole-image mIoU of the model being trained, on ``config.eval_split``.
 
     Kept cheap for use inside training: one whole-image pass per image (whatever
     ``--eval_mode`` says), the input pipeline and the traced forward pass built
-    once, nothing written but two TensorBoard scalars in ``MODEL_DIR/eval``
-    (where the eval run writes its mIoU too, so the points form one curve).
+    once, nothing written but two TensorBoard scalars in ``MODEL_DIR/eval``,
+    ``miou/whole`` and ``pixel_accuracy/whole`` (the whole-image eval run's tags, so the
+    points form one curve).
     """
 
     def __init__(self, config, model, class_names):
         self.dataset = data_lib.build_dataset(eval_data(config), training=False)
-        self.predictor = Predictor(model)
+        self.predictor = Predictor(model, inference_config(config, mode="whole"))
         self.class_names = tuple(class_names)
         self.writer = tf.summary.create_file_writer(os.path.join(config.run.model_dir, EVAL_SUBDIR))
 
@@ -79,18 +78,21 @@ class PeriodicEval:
         "images", "seconds")."""
         metrics, images, seconds = run_metrics(self.predictor, self.dataset, self.class_names)
         result = dict(metrics.result(), images=images, seconds=seconds)
-        write_scalars(self.writer, result, step)
+        write_scalars(self.writer, result, step, "whole")
         return result
 
 
 def evaluate(config, log=print, stop=None):
     """Evaluates the latest checkpoint (or ``--checkpoint``) on ``--eval_split``.
 
-    Writes ``model_dir/eval/eval.json`` (mIoU, pixel accuracy, per-class IoU,
-    checkpoint, step, mode, images, seconds) and ``confusion.csv`` next to it,
-    and the mIoU to TensorBoard (``model_dir/eval``). Returns the eval.json dict, or
-    None when ``stop`` (a ``StopRequest``) was set during the evaluation: nothing is
-    written then, since the metrics of part of the split would pass for the whole's.
+    Writes ``model_dir/eval/NAME.json`` (mIoU, pixel accuracy, per-class IoU,
+    checkpoint, step, the inference settings, time, images, seconds) and
+    ``NAME_confusion.csv`` next to it, and the mIoU to TensorBoard as ``miou/NAME``,
+    where NAME names the inference setting (``whole``, ``sliding_129x129_stride86x86``,
+    ...: ``tfseg.evaluation.results``), so that each mode's results are kept beside
+    the others'. Returns the JSON file's dict, or None when ``stop`` (a
+    ``StopRequest``) was set during the evaluation: nothing is written then, since the
+    metrics of part of the split would pass for the whole's.
     """
     model, classes, path, config = load_model(config, log=log)
     predictor = Predictor(model, inference_config(config))
@@ -99,13 +101,19 @@ def evaluate(config, log=print, stop=None):
     if stop:
         log(f"{stop.signal}: evaluation stopped after {images} images; nothing written")
         return None
+    inference = inference_config(config)
+    name = result_name(inference)
     result = {
         **metrics.result(),
+        "result": name,
         "checkpoint": path,
         "step": _step_of(path),
         "split": config.data.eval_split,
         "dataset": config.data.dataset,
         "eval_mode": config.eval.mode,
+        "inference": settings(inference),
+        "evaluated_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
+            timespec="seconds"),
         "images": images,
         "seconds": round(seconds, 2),
         "data": data_stats.as_dict() if data_stats is not None else None,
@@ -117,18 +125,11 @@ def evaluate(config, log=print, stop=None):
         log(data_stats.summary(config.data.eval_split))
     out_dir = os.path.join(config.run.model_dir, EVAL_SUBDIR)
     try:
-        # All three files whole, renamed into place together (eval.json last); the
-        # TensorBoard events file is new each time, beside training's.
-        with staged(out_dir, last=(EVAL_JSON,)) as stage:
-            with open(stage.path(EVAL_JSON), "w") as f:
-                json.dump(result, f, indent=2)
-            metrics.write_confusion_csv(stage.path(CONFUSION_CSV))
-            writer = tf.summary.create_file_writer(stage.dir)
-            write_scalars(writer, result, result["step"])
-            writer.close()
+        json_name = write(out_dir, name, result, metrics)
     except (OSError, tf.errors.OpError) as error:
         reason = getattr(error, "strerror", None) or str(error).splitlines()[0]
         raise InputError(f"--model_dir: evaluated, but could not write {out_dir}: "
                          f"{reason}") from None
-    log(f"{images} images in {seconds:.1f} s; wrote {out_dir}/{EVAL_JSON} and {CONFUSION_CSV}")
+    log(f"{images} images in {seconds:.1f} s; wrote {out_dir}/{json_name} and "
+        f"{name}{CONFUSION_SUFFIX}")
     return result

@@ -17,6 +17,14 @@ class InferenceConfig:
         pixels, probabilities averaged where they overlap) or "multiscale"
         (each of ``scales``, and its left-right flip if ``flip``; every pass is
         whole-image and the probabilities are averaged at the input size).
+      size_multiple, size_plus_one: the input sizes the model maps exactly: k *
+        output stride for its ``half_pixel`` resizes, k * output stride + 1 for
+        ``align_corners`` (``inference_config`` in evaluate.py sets them from the
+        run). Each pass's input (a whole image, a window, a scaled image) is padded
+        with 0 at the bottom and right up to the next such size, and its
+        probabilities cropped back. At another size the model's upsampled features
+        land up to a feature cell off the pixels they describe, which costs much of
+        the mIoU (docs/evaluation.md). 1, False: every input as it is.
     """
 
     mode: str = "whole"
@@ -24,6 +32,14 @@ class InferenceConfig:
     stride: Tuple[int, int] = (342, 342)
     scales: Tuple[float, ...] = (1.0,)
     flip: bool = False
+    size_multiple: int = 1
+    size_plus_one: bool = False
+
+    def pass_size(self, size):
+        """The smallest size >= ``size`` that the model maps exactly (see the class)."""
+        extra = int(self.size_plus_one)
+        cells = max(-(-(size - extra) // self.size_multiple), 1)
+        return cells * self.size_multiple + extra
 
 
 def _starts(size, window, stride):
@@ -46,13 +62,23 @@ class Predictor:
     image; call the predictor (or ``classes``) with the uint8 one.
 
     The model runs in a ``tf.function`` with relaxed shapes, so images of new
-    sizes (scales, windows, data set images) do not retrace every time.
+    sizes (scales, windows, data set images) do not retrace every time. Each pass
+    is padded to a size the model maps exactly (``InferenceConfig.pass_size``).
     """
 
     def __init__(self, model, config=InferenceConfig()):
         self.config = config
-        self._forward = tf.function(lambda x: tf.nn.softmax(model(x, training=False)),
+        self._softmax = tf.function(lambda x: tf.nn.softmax(model(x, training=False)),
                                     reduce_retracing=True)
+
+    def _forward(self, image):
+        """Probabilities of a normalised image [1, H, W, 3], run at ``pass_size``."""
+        height, width = image.shape[1], image.shape[2]
+        pad_h = self.config.pass_size(height) - height
+        pad_w = self.config.pass_size(width) - width
+        if pad_h or pad_w:
+            image = tf.pad(image, [[0, 0], [0, pad_h], [0, pad_w], [0, 0]])
+        return self._softmax(image)[:, :height, :width]
 
     def whole(self, image):
         return self._forward(image)

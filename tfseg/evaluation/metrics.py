@@ -61,21 +61,31 @@ class SegmentationMetrics:
         }
 
     def table(self):
-        """Per-class IoU as text lines ('-': a class neither labelled nor predicted)."""
+        """Per-class IoU as text lines, of the classes with labelled pixels only; a line
+        under the table counts the classes absent from the labels and names those that
+        were predicted anyway (each an IoU of 0 in the mIoU)."""
         result = self.result()
-        width = max(len(n) for n in self.class_names)
+        labelled = self.confusion.sum(1) > 0
+        present = [name for name, there in zip(self.class_names, labelled) if there]
+        width = max(len(n) for n in (*present, "pixel acc."))
         lines = [f"{'class':<{width}}  IoU"]
-        for name, iou in result["per_class_iou"].items():
-            lines.append(f"{name:<{width}}  {'-' if iou is None else f'{iou:.4f}'}")
+        lines += [f"{name:<{width}}  {result['per_class_iou'][name]:.4f}" for name in present]
         lines.append(f"{'mIoU':<{width}}  {result['miou']:.4f}")
         lines.append(f"{'pixel acc.':<{width}}  {result['pixel_accuracy']:.4f}")
-        absent = sum(iou is None for iou in result["per_class_iou"].values())
+        absent = len(self.class_names) - len(present)
         if absent:
             # A class with no pixels on either side has no IoU; averaging it as 0 would
-            # punish a data set for the classes it does not have.
-            lines.append(f"-: {absent} of {len(self.class_names)} classes are neither in the "
-                         f"labels nor predicted; the mIoU is the mean over the other "
-                         f"{len(self.class_names) - absent}")
+            # punish a data set for the classes it does not have. One that is predicted
+            # but not labelled is a 0 in the mean, and named, since it lowers the mIoU.
+            predicted = [name for name, there in zip(self.class_names, labelled)
+                         if not there and result["per_class_iou"][name] is not None]
+            counted = len(present) + len(predicted)
+            line = (f"not listed: {absent} of {len(self.class_names)} classes absent from "
+                    f"the labels")
+            if predicted:
+                line += (f"; {len(predicted)} of them predicted (IoU 0 in the mIoU): "
+                         f"{', '.join(predicted)}")
+            lines.append(f"{line}; the mIoU is the mean over {counted} classes")
         return lines
 
     def write_confusion_csv(self, path):

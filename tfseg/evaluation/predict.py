@@ -2,7 +2,8 @@
 
 ``--output_format`` (``config.run.output_format``):
   * ``colour`` (default): ``NAME_label.png`` in the palette's colours and
-    ``NAME_overlay.png``, the colours blended over the image.
+    ``NAME_overlay.png``, the colours blended over the image, with a legend of the
+    classes in it (a colour swatch and the name of each) in a strip below.
   * ``train_ids``: ``NAME_label.png``, one uint8 channel of class ids 0..C-1.
   * ``label_ids``: ``NAME.png``, one uint8 channel of Cityscapes label ids (the
     ``id`` column of cityscapesScripts' ``labels.py``: road = 7), for its
@@ -25,6 +26,7 @@ from tfseg.errors import InputError
 from tfseg.evaluation.evaluate import inference_config
 from tfseg.evaluation.images import read_rgb
 from tfseg.evaluation.inference import Predictor
+from tfseg.evaluation.legend import with_legend
 from tfseg.evaluation.loading import load_model
 from tfseg.runtime.summaries import colourise
 
@@ -90,15 +92,28 @@ def _targets(paths, out_dir, output_format):
     return targets
 
 
-def _outputs(output_format, rgb, labels, palette):
+def _outputs(output_format, rgb, labels, classes):
     """uint8 pixels per ``_SUFFIXES`` entry for one image's class ids ``labels`` [H, W]."""
     if output_format == "train_ids":
         return [labels.astype(np.uint8)]
     if output_format == "label_ids":
         return [train_to_label_ids()[labels]]
-    colours = colourise(labels, palette).numpy()
+    colours = colourise(labels, classes.palette).numpy()
     overlay = (OVERLAY_ALPHA * colours + (1 - OVERLAY_ALPHA) * rgb).astype(np.uint8)
-    return [colours, overlay]
+    return [colours, with_legend(overlay, labels, classes.class_names, classes.palette)]
+
+
+def _read(path, skip, skipped, log):
+    """uint8 [H, W, 3] of ``path``; None, with the file named in a line and appended to
+    ``skipped``, for an unreadable one when ``skip``; else its ``InputError``."""
+    try:
+        return read_rgb(path)
+    except InputError as error:
+        if not skip:
+            raise
+        log(f"skipped (--skip_bad_examples): {error}")
+        skipped.append(path)
+        return None
 
 
 def predict(config, log=print):
@@ -110,7 +125,8 @@ def predict(config, log=print):
     (``config.run.overwrite``), and then must hold PNG files and nothing else.
 
     Raises:
-      InputError: no --input_path, an unreadable image, an output folder that is a
+      InputError: no --input_path, an unreadable image (without --skip_bad_examples;
+        with it, only when no image is readable), an output folder that is a
         file, is not empty (without --overwrite), holds other files than PNGs or an
         input, or an --output_format the model's classes do not allow.
     """
@@ -123,18 +139,25 @@ def predict(config, log=print):
                         lambda name: name.lower().endswith(".png")
                         and os.path.isfile(os.path.join(out_dir, name)))
     targets = _targets(paths, out_dir, run.output_format)
+    skip = config.data.skip_bad_examples
     # The palette comes from the run's config.json: no data set needed.
     model, classes, _, config = load_model(config, log=log)
     _require_format(run.output_format, classes)
     predictor = Predictor(model, inference_config(config))
-    written = []
+    written, skipped = [], []
     with replaced_folder(out_dir, "--output_dir") as new:
         for path, outputs in zip(paths, targets):
-            rgb = read_rgb(path)
+            rgb = _read(path, skip, skipped, log)
+            if rgb is None:
+                continue
             labels = predictor.classes(rgb[np.newaxis])[0].numpy()  # uint8 in: normalised inside
             for target, pixels in zip(outputs, _outputs(run.output_format, rgb, labels,
-                                                        classes.palette)):
+                                                        classes)):
                 Image.fromarray(pixels).save(os.path.join(new, os.path.basename(target)))
                 written.append(target)
-    log(f"wrote {len(written)} PNGs for {len(paths)} image(s) to {out_dir}")
+        if len(skipped) == len(paths):  # nothing to replace the folder with
+            raise InputError(f"--input_path: none of the {len(paths)} image file(s) in "
+                             f"{run.input_path} could be read")
+    log(f"wrote {len(written)} PNGs for {len(paths) - len(skipped)} image(s) to {out_dir}"
+        + (f"; skipped {len(skipped)} unreadable file(s)" if skipped else ""))
     return written
