@@ -1,0 +1,145 @@
+"""--mode=export --export_format=saved_model,keras,tflite,onnx on a tiny trained run: each
+file, run by its own runtime (tf.lite.Interpreter, onnxruntime), gives the Keras model's
+classes and logits; the quantised .tflite files agree with it on the validation images."""
+
+import glob
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from PIL import Image
+
+from tests.train.conftest import run_main
+from tfseg.config import Config
+from tfseg.models import normalize
+
+needs_onnx = pytest.mark.skipif(
+    importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("tf2onnx") is None,
+    reason='the export extra is not installed: pip install "tfseg[export]"')
+ALL = "saved_model,keras,tflite,onnx" if importlib.util.find_spec("tf2onnx") else \
+    "saved_model,keras,tflite"
+SIZE = (97, 129)  # odd, and not the training crop
+
+
+def _config(data_dir, model_dir, **flat):
+    return Config.from_flat(dataset="cityscapes", data_dir=data_dir, model_dir=str(model_dir),
+                            crop_size=(64, 64), **flat)
+
+
+@pytest.fixture(scope="module")
+def exported(trained, tmp_path_factory):
+    """(export folder, the Keras model restored from the same checkpoint)."""
+    from tfseg.evaluation.loading import load_model
+
+    data_dir, model_dir = trained
+    folder = tmp_path_factory.mktemp("export") / "export"
+    run_main("--mode=export", f"--model_dir={model_dir}", f"--export_dir={folder}",
+             f"--export_format={ALL}", f"--export_size={SIZE[0]},{SIZE[1]}", "--export_logits")
+    model = load_model(_config(data_dir, model_dir), log=lambda *a: None).model
+    return folder, model
+
+
+def _images(data_dir, size):
+    """A random image and the validation images, resized to ``size``, uint8 [1, H, W, 3]."""
+    images = [np.random.RandomState(0).randint(0, 256, (1, *size, 3)).astype(np.uint8)]
+    for path in sorted(glob.glob(os.path.join(data_dir, "leftImg8bit", "val", "*", "*.png"))):
+        image = Image.open(path).convert("RGB").resize(size[::-1], Image.BILINEAR)
+        images.append(np.asarray(image)[None])
+    return images
+
+
+def _keras(model, image):
+    logits = model(normalize(image), training=False).numpy()
+    return np.argmax(logits, -1).astype(np.int32), logits
+
+
+def _close(got, expected, classes_share=0.999, logits_rtol=1e-4):
+    """Classes equal on ``classes_share`` of the pixels, logits within ``logits_rtol`` of
+    the largest logit."""
+    (classes, logits), (want_classes, want_logits) = got, expected
+    assert classes.dtype == np.int32 and classes.shape == want_classes.shape
+    assert np.mean(classes == want_classes) >= classes_share
+    if logits_rtol is not None:
+        assert np.max(np.abs(logits - want_logits)) <= logits_rtol * np.max(np.abs(want_logits))
+
+
+@pytest.mark.slow
+def test_tflite_float32_gives_the_keras_models_classes_and_logits(trained, exported):
+    folder, model = exported
+    interpreter = tf.lite.Interpreter(model_path=str(folder / "model.tflite"), num_threads=2)
+    runner = interpreter.get_signature_runner("serving_default")
+    assert interpreter.get_input_details()[0]["dtype"] == np.uint8
+    assert list(interpreter.get_input_details()[0]["shape"]) == [1, *SIZE, 3]
+    for image in _images(trained[0], SIZE):
+        out = runner(image=image)
+        _close((out["classes"], out["logits"]), _keras(model, image))
+
+
+@needs_onnx
+@pytest.mark.slow
+def test_onnx_gives_the_keras_models_classes_and_logits_at_any_size(trained, exported):
+    import onnxruntime
+
+    folder, model = exported
+    session = onnxruntime.InferenceSession(str(folder / "model.onnx"),
+                                           providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["image"]
+    assert session.get_inputs()[0].shape == [1, "height", "width", 3]
+    for size in (SIZE, (64, 96), (33, 47)):
+        for image in _images(trained[0], size):
+            classes, logits = session.run(["classes", "logits"], {"image": image})
+            _close((classes, logits), _keras(model, image))
+
+
+@pytest.mark.slow
+def test_saved_model_and_keras_file_give_the_keras_models_classes(trained, exported):
+    import keras
+
+    folder, model = exported
+    served = tf.saved_model.load(str(folder / "saved_model")).signatures["serving_default"]
+    reloaded = keras.models.load_model(folder / "model.keras")
+    for image in _images(trained[0], (64, 96)):
+        out = served(image=tf.constant(image))
+        expected = _keras(model, image)
+        _close((out["classes"].numpy(), out["logits"].numpy()), expected)
+        _close(_keras(reloaded, image), expected)
+
+
+@pytest.mark.slow
+def test_quantised_tflite_files_agree_with_the_keras_model(trained, exported, capsys):
+    """float16 and dynamic-range int8 agree on >= 99% of the validation pixels and are
+    about half and a quarter of the float32 file; full int8 (calibrated on the training
+    images) is measured and printed, not bounded (its agreement depends on the model)."""
+    from tfseg.deploy import request_of, tflite
+
+    data_dir, model_dir = trained
+    _, model = exported
+    size = (64, 96)  # the validation images' own size
+    sizes, agreement = {}, {}
+    for kind in ("none", "float16", "dynamic_int8", "int8"):
+        config = _config(data_dir, model_dir, export_size=size, tflite_quantization=kind,
+                         calibration_images=4)
+        content = tflite.convert(model, request_of(config))
+        sizes[kind] = len(content)
+        runner = tf.lite.Interpreter(model_content=content).get_signature_runner()
+        same = [np.mean(runner(image=image)["classes"] == _keras(model, image)[0])
+                for image in _images(data_dir, size)[1:]]
+        agreement[kind] = float(np.mean(same))
+    with capsys.disabled():
+        print(f"\ntflite at {size}: bytes {sizes}, class agreement {agreement}")
+    assert agreement["none"] >= 0.999
+    assert agreement["float16"] >= 0.99 and agreement["dynamic_int8"] >= 0.99
+    assert sizes["float16"] <= 0.55 * sizes["none"]
+    assert sizes["dynamic_int8"] <= 0.3 * sizes["none"]
+    assert sizes["int8"] <= 0.35 * sizes["none"]  # its activations add scales
+
+
+def test_export_refuses_an_unknown_format_in_one_line(trained, tmp_path):
+    proc = run_main("--mode=export", f"--model_dir={trained[1]}", f"--export_dir={tmp_path}",
+                    "--export_format=saved_model,tflit", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "tfseg: error: --export_format: must be one of saved_model, keras, tflite, onnx, got "
+        "'tflit' (did you mean tflite?)")
