@@ -43,6 +43,7 @@ def child(name, variant, size, batch):
     import tensorflow as tf
 
     from tfseg import memory
+    from tfseg.runtime import device
 
     keras.utils.set_random_seed(0)
     model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3))
@@ -65,15 +66,14 @@ def child(name, variant, size, batch):
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
-    device = "CPU:0"
     float(step(images, labels))  # warm-up: trace, slots, allocator regions
     gc.collect()
-    base = tf.config.experimental.get_memory_info(device)["current"]
-    tf.config.experimental.reset_memory_stats(device)
+    base = device.memory_info()["current"]  # GPU:0 when there is one, else CPU:0
+    device.reset_peak()
     start = time.perf_counter()
     float(step(images, labels))
     seconds = time.perf_counter() - start
-    peak = tf.config.experimental.get_memory_info(device)["peak"] - base
+    peak = device.memory_info()["peak"] - base
     print(json.dumps({"model": name, "variant": variant, "peak_over_base_bytes": int(peak),
                       "step_seconds": seconds, "changes": str(memory.changes(model))
                       if variant == "stock" else None}))

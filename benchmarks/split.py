@@ -40,12 +40,16 @@ def child(variant, args):
 
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    # Every variant on the two logical CPUs, a GPU hidden: the measured device is then
+    # CPU:0 (tfseg.runtime.device), the one allocator both logical CPUs share.
+    tf.config.set_visible_devices([], "GPU")
 
     import keras
     import numpy as np
 
     from tfseg import split as split_lib
     from tfseg.models import deeplab_v3_plus
+    from tfseg.runtime import device
     from tfseg.split import cuts
     from tfseg.training import losses
     from tfseg.training.step import make_train_step
@@ -76,12 +80,12 @@ def child(variant, args):
              tf.constant(rng.integers(0, args.classes, shape).astype("int32")))
     step(batch)[0].numpy()
     gc.collect()
-    base = tf.config.experimental.get_memory_info("CPU:0")["current"]
-    tf.config.experimental.reset_memory_stats("CPU:0")
+    base = device.memory_info()["current"]
+    device.reset_peak()
     start = time.perf_counter()
     loss = float(step(batch)[0])
     seconds = time.perf_counter() - start
-    peak = tf.config.experimental.get_memory_info("CPU:0")["peak"] - base
+    peak = device.memory_info()["peak"] - base
     print(json.dumps({"variant": variant, "peak_over_base_bytes": int(peak),
                       "step_seconds": seconds, "loss": loss, "predicted_per_device": predicted}))
 

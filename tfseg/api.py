@@ -53,6 +53,7 @@ def train(config=None, *, stop=None, log=print, **overrides):
     Example:
         tfseg.train(train_steps=20, model_dir="runs/try")
     """
+    from tfseg.runtime import device
     from tfseg.training import loop
 
     config, record = config_of(config, **overrides), None
@@ -61,6 +62,10 @@ def train(config=None, *, stop=None, log=print, **overrides):
         config, record = fit_budget(config, log)
         if stop:
             return dict(step=None, loss=None, stopped_by=stop.signal, checkpoint=None)
+    # config.json records the device and its overhead (measured on a GPU; a run without
+    # a budget needs none, so one NVML cannot measure is recorded as such).
+    record = {**(record or {}), "device": device.overhead(config.run.device_overhead_gb,
+                                                          required=False).to_dict()}
     return loop.train(config, log=log, stop=stop, record=record)
 
 

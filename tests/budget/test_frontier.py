@@ -6,8 +6,7 @@ import json
 import pytest
 
 from tfseg.config import Config
-from tfseg.budget import (GB, GPU_OVERHEAD_GB, Candidate, Choice, Plan, candidates, frontier,
-                          overhead_bytes, saved_choice)
+from tfseg.budget import GB, Candidate, Choice, Plan, candidates, frontier, saved_choice
 
 
 def _costs():
@@ -67,12 +66,6 @@ def test_another_backbone_is_offered_the_heads_segments_only():
         assert config.model.recompute == plan.recompute
 
 
-def test_device_overhead_is_zero_on_the_cpu_stated_on_a_gpu_and_settable():
-    assert overhead_bytes(-1, has_gpu=False) == 0
-    assert overhead_bytes(-1, has_gpu=True) == int(GPU_OVERHEAD_GB * GB) > 0
-    assert overhead_bytes(0.25, has_gpu=True) == overhead_bytes(0.25, has_gpu=False) == 2**28
-
-
 def test_a_resumed_run_keeps_the_plan_saved_for_the_same_settings():
     config = Config().replace(memory_budget_gb=8.0, train_steps=100)
     plans = frontier(candidates(_costs(), middle_repeats=2), middle_repeats=2)
@@ -88,4 +81,6 @@ def test_a_resumed_run_keeps_the_plan_saved_for_the_same_settings():
                    {"backbone": "resnet50"}):
         assert saved_choice(config.replace(**change), saved, 0) is None, change
     assert saved_choice(config, saved, overhead=GB) is None  # another device
+    # A measured overhead varies a little from process to process: the same device.
+    assert saved_choice(config, saved, overhead=32 << 20) == choice
     assert saved_choice(config, json.loads(config.to_json()), 0) is None  # no plan saved

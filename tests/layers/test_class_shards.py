@@ -148,12 +148,14 @@ def test_sharded_logits_has_the_conv_variables_and_passes_features_through():
 
 # A fresh process with oneDNN on (the only CPU allocator that keeps statistics): one
 # training step of the head alone, 1,000 classes at 129x129, measured as tfseg's
-# memory measurements are (warm-up step, gc, base, reset, step, peak - base).
+# memory measurements are (warm-up step, gc, base, reset, step, peak - base), on the
+# device they read (tfseg.runtime.device: GPU:0 when there is one).
 _MEMORY_SCRIPT = """
 import gc, json, sys
 import tensorflow as tf
 from tfseg.layers import ClassShards, shard_bounds
 from tfseg.layers.resize import resize_bilinear
+from tfseg.runtime import device
 shards = int(sys.argv[1])
 rng = tf.random.Generator.from_seed(0)
 features = tf.Variable(rng.normal((2, 33, 33, 64)))
@@ -177,10 +179,10 @@ def step():
 
 step()
 gc.collect()
-base = tf.config.experimental.get_memory_info("CPU:0")["current"]
-tf.config.experimental.reset_memory_stats("CPU:0")
+base = device.memory_info()["current"]
+device.reset_peak()
 loss, _ = step()
-print(json.dumps({"peak": tf.config.experimental.get_memory_info("CPU:0")["peak"] - base,
+print(json.dumps({"peak": device.memory_info()["peak"] - base,
                   "loss": float(loss)}))
 """
 

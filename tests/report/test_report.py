@@ -15,6 +15,7 @@ from tfseg.models.xception import DEFAULT_RECOMPUTE
 from tfseg.report import fit as fit_lib
 from tfseg.report import render
 from tfseg.report.config import variant_step
+from tfseg.runtime import device
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIB = 2**20
@@ -49,7 +50,10 @@ def assert_complete_report(result, step, repeats):
     assert set(result["config"]) >= {"height", "width", "batch", "crop_size", "output_stride", "dtype_policy"}
     assert result["config"]["crop_size"] == [step.height, step.width]
     assert "recompute_blocks" not in result["config"]  # it is per variant
-    assert result["device"] == "CPU:0"
+    assert result["device"] == device.name()
+    assert result["device_overhead"]["device"] == device.name()
+    if device.name() == "CPU:0":
+        assert result["device_overhead"]["overhead_bytes"] == 0
     assert result["variants"].keys() == {"stock", "memory_saving", "recompute"}
     for name, v in result["variants"].items():
         assert VARIANT_FIELDS <= v.keys(), name

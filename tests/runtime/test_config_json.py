@@ -46,6 +46,7 @@ def _saved(**changes):
     (_saved(model="big"), ["model", "an object"]),
     (_saved(class_names="ab"), ["class_names", "a list"]),
     (_saved(palette=[[0, 0, 0]]), ["palette", "class_names"]),
+    (_saved(device="GPU:0"), ["device", "an object"]),
     (_saved(**{"model.width_multiplier": -1}), ["model.width_multiplier", "must be > 0"]),
     (_saved(**{"run.memory_budget_gb": float("inf")}), ["run.memory_budget_gb", "finite"]),
 ])
@@ -63,7 +64,8 @@ def test_a_damaged_config_json_is_one_line_naming_the_file_and_the_field(
 def test_a_written_config_json_reads_back_and_old_forms_still_read(tmp_path):
     config = Config.from_flat(width_multiplier=0.5, crop_size=(65, 65), recompute=("aspp",))
     files.save_config(config, str(tmp_path), class_names=["a"], palette=[[1, 2, 3]],
-                      memory_plan={"plan": {}})
+                      memory_plan={"plan": {}},
+                      device={"device": "CPU:0", "overhead_bytes": 0, "overhead_source": "x"})
     saved = files.load_config(str(tmp_path))
     assert Config.from_dict(saved) == config and saved["class_names"] == ["a"]
     # The flat form of runs saved before the sections, and a record without some settings.

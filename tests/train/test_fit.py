@@ -187,7 +187,7 @@ _PEAK_SCRIPT = """
 import gc, json, sys
 import keras, numpy as np, tensorflow as tf
 from tfseg import models
-from tfseg.profile.measure import _device
+from tfseg.runtime import device
 from tfseg.training import PixelLoss
 
 keras.utils.set_random_seed(0)
@@ -200,13 +200,12 @@ model = models.deeplab_v3_plus(5, width_multiplier=0.25, middle_repeats=1, dropo
                                input_shape=(97, 129, 3))
 model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss=PixelLoss(),
               jit_compile=True)
-device = _device()
 model.train_on_batch(x, y)  # warm-up: compiles, makes the slots, grows the allocator
 gc.collect()
-base = tf.config.experimental.get_memory_info(device)["current"]
-tf.config.experimental.reset_memory_stats(device)
+base = device.memory_info()["current"]
+device.reset_peak()
 model.train_on_batch(x, y)
-peak = tf.config.experimental.get_memory_info(device)["peak"]
+peak = device.memory_info()["peak"]
 print(json.dumps({"jit": bool(model.jit_compile), "base": base, "peak_over_base": peak - base}))
 """
 

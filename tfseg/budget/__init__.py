@@ -2,10 +2,10 @@
 `frontier` (the plans: stock, memory saving, then recompute segments, fastest first)
 and `choose` (`--memory_budget_gb` for training: the fastest plan that fits)."""
 
-from tfseg.config.budget import GB, GPU_OVERHEAD_GB, overhead_bytes
+from tfseg.config.budget import GB
 from tfseg.budget import fit
 from tfseg.budget.choose import MARGIN, Choice, choose, estimate_frontier, plan_run, saved_choice
 from tfseg.budget.frontier import Candidate, Plan, candidates, frontier
 
-__all__ = ["GB", "GPU_OVERHEAD_GB", "MARGIN", "Candidate", "Choice", "Plan", "candidates", "choose",
-           "estimate_frontier", "fit", "frontier", "overhead_bytes", "plan_run", "saved_choice"]
+__all__ = ["GB", "MARGIN", "Candidate", "Choice", "Plan", "candidates", "choose",
+           "estimate_frontier", "fit", "frontier", "plan_run", "saved_choice"]

@@ -1,7 +1,8 @@
 """`--memory_budget_gb` for training: the fastest plan that fits the card.
 
 The budget is the card's memory; the device's own overhead is taken off first
-(`tfseg.config.budget.overhead_bytes`). Then each plan of the frontier
+(`tfseg.runtime.device.overhead`: measured on a GPU, 0 on the CPU,
+`--device_overhead_gb` when given). Then each plan of the frontier
 (`tfseg.budget.frontier`) is predicted by the static estimate of its step (traced in
 a fresh process, never run: `tfseg.profile.measure` with `run_steps=False`):
 weights, optimizer state and the batch, plus the simulated peak. Each plan runs
@@ -15,13 +16,17 @@ import dataclasses
 import os
 
 from tfseg.config import Config
-from tfseg.config.budget import GB, overhead_bytes
+from tfseg.config.budget import GB
 from tfseg.errors import InputError
 from tfseg.budget import fit as fit_lib
 from tfseg.budget.frontier import Plan, candidates, frontier
 from tfseg.profile import measure as measure_lib
 from tfseg.profile.step import StepConfig
+from tfseg.runtime import device as device_lib
 
+# How far a measured device overhead may differ from the one a saved plan was made
+# with and still be the same device (the measurement's spread between processes).
+OVERHEAD_TOLERANCE = 64 << 20
 # How far the static estimate may be off (tfseg.profile.simulate: within ~15% on
 # this project's machines): predictions closer to the budget are measured.
 MARGIN = 0.15
@@ -204,15 +209,17 @@ def _nothing_fits(step, plan, estimated, need, budget_bytes, overhead):
 
 def saved_choice(config, saved, overhead):
     """The `Choice` in a run's saved config dict (its config.json), if it was made for
-    the same `PLAN_INPUTS` and device overhead; else None."""
+    the same `PLAN_INPUTS` and device overhead (within `OVERHEAD_TOLERANCE`: a measured
+    overhead varies a little between processes); else None."""
     record = saved.get("memory_plan")
     before, now = Config.settings_of(saved), config.flat()
     try:
-        if not record or record["overhead_bytes"] != overhead or any(
+        if not record or abs(record["overhead_bytes"] - overhead) > OVERHEAD_TOLERANCE or any(
                 before.get(name) != now[name] for name in PLAN_INPUTS):
             return None
         plan = Plan(**{**record["plan"], "recompute": tuple(record["plan"]["recompute"])})
-        return Choice(plan, record["budget_bytes"], overhead, tuple(record["frontier"]),
+        return Choice(plan, record["budget_bytes"], record["overhead_bytes"],
+                      tuple(record["frontier"]),
                       record.get("replica", ""))
     except (KeyError, TypeError) as error:  # a hand-edited record: one line, not a traceback
         path = os.path.join(config.run.model_dir, "config.json")
@@ -253,7 +260,7 @@ def plan_run(config, num_classes, has_gpu, log=print, saved=None, replicas=1):
         raise InputError("--memory_budget_gb: plans the replicas of this host; with "
                          "--strategy=multi_worker choose --memory_saving and --recompute "
                          "with --mode=report per device")
-    overhead = overhead_bytes(run.device_overhead_gb, has_gpu)
+    overhead = device_lib.overhead(run.device_overhead_gb).bytes
     choice = saved_choice(config, saved or {}, overhead)
     if choice is not None:
         log("memory plan: the one in config.json, made for these settings")

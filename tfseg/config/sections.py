@@ -289,7 +289,8 @@ class Run:
         "--device_overhead_gb; report: also find the largest batch and crop (0: off).")
     device_overhead_gb: float = setting(
         -1.0, "GiB of the card outside TF's allocator (CUDA context, cuDNN/cuBLAS "
-        "workspaces), taken off --memory_budget_gb; -1: 0 on the CPU, 0.8 on a GPU.")
+        "workspaces), taken off --memory_budget_gb; -1: measured on a GPU (NVML, the gpu "
+        "extra), 0 on the CPU. Recorded in config.json and the report.")
     verify_plan: bool = setting(True, "train with --memory_budget_gb: measure one step of a "
                                 "plan predicted within 15% of the budget before using it.")
     report_verify_seconds: float = setting(300.0, "report: skip a size-verification run "

@@ -30,7 +30,8 @@ The recipe, as `measure_in_process` runs it:
    and once in a while a whole process measures ~20-30% higher than its
    neighbours.
 
-The allocator is the GPU's (`GPU:0`) when there is one, else `CPU:0`.
+The allocator is that of `tfseg.runtime.device.name()`: `GPU:0` when there is one, else
+`CPU:0`.
 
 Run as a module to measure one configuration and print one JSON line:
 `python -m tfseg.profile.measure '{"variant": "stock", "height": 513, ...}'`.
@@ -49,12 +50,7 @@ import time
 import traceback
 
 from tfseg.profile.step import StepConfig, build_step, describe_optimizer
-
-
-def _device():
-    import tensorflow as tf
-
-    return "GPU:0" if tf.config.list_physical_devices("GPU") else "CPU:0"
+from tfseg.runtime import device as device_lib
 
 
 def _analyze(config, step, batch, model):
@@ -107,7 +103,7 @@ def estimate_in_process(config):
         **config.record(),
         "analysis": analysis,
         "estimated": True,
-        "device": _device(),
+        "device": device_lib.name(),
         "parameters": int(model.count_params()),
         "base_bytes": analysis["parameter_bytes"] + analysis["optimizer_state_bytes"] + inputs,
         "peak_over_base_bytes": analysis["estimated_peak_bytes"],
@@ -121,28 +117,27 @@ def measure_in_process(config):
     estimate alone when `config.run_steps` is False)."""
     import keras
     import numpy as np
-    import tensorflow as tf
 
     if not config.run_steps:
         return estimate_in_process(config)
     keras.utils.set_random_seed(0)
     strategy, model, optimizer, step = build_step(config)
     batch = _batch(config, strategy)
-    device = _device()
+    device = device_lib.name()
 
     start = time.perf_counter()
     float(step(batch)[0])  # warm-up: trace, grow the allocator's regions
     warmup = time.perf_counter() - start
     gc.collect()
-    base = tf.config.experimental.get_memory_info(device)["current"]
+    base = device_lib.memory_info()["current"]
     times, peaks, loss, applied = [], [], None, []
     for _ in range(1 + config.timed_steps):
-        tf.config.experimental.reset_memory_stats(device)
+        device_lib.reset_peak()
         start = time.perf_counter()
         value, finite, _ = step(batch)
         value = float(value)
         times.append(time.perf_counter() - start)
-        peaks.append(int(tf.config.experimental.get_memory_info(device)["peak"] - base))
+        peaks.append(int(device_lib.memory_info()["peak"] - base))
         loss = value if loss is None else loss
         applied.append(bool(finite))
     start = time.perf_counter()

@@ -8,6 +8,7 @@ from tfseg.profile.step import VARIANTS
 from tfseg.report import render
 from tfseg.report.config import PER_VARIANT, variant_step
 from tfseg.report.verify import max_sizes
+from tfseg.runtime import device as device_lib
 
 
 def _common_config(step):
@@ -56,12 +57,11 @@ def entry(m):
     }
 
 
-def frontier(config, device, log=print):
+def frontier(config, overhead, log=print):
     """The frontier of training plans (`tfseg.budget`) at the report's size, every plan
-    estimated, and the fastest whose estimate fits the budget (`--mode=train` would
-    verify it)."""
+    estimated, and the fastest whose estimate fits the budget less `overhead` bytes
+    (`--mode=train` would verify it)."""
     budget = int(config.memory_budget_gb * budget_lib.GB)
-    overhead = budget_lib.overhead_bytes(config.device_overhead_gb, device.startswith("GPU"))
     points = budget_lib.estimate_frontier(config.step.replace(timed_steps=0), log)
     fitting = [p["name"] for p in points if p["predicted_bytes"] <= budget - overhead]
     return {"budget_bytes": budget, "overhead_bytes": overhead, "points": list(points),
@@ -94,6 +94,10 @@ def run(config, log=print):
             continue
         report["variants"][name] = entry(measured[name])
     report["device"] = next(iter(measured.values()))["device"]  # each process's, all the same
+    # Measured on a GPU (NVML), 0 on the CPU; needed only to fit the frontier in a budget.
+    overhead = device_lib.overhead(config.device_overhead_gb,
+                                   required=bool(config.memory_budget_gb and config.frontier))
+    report["device_overhead"] = overhead.to_dict()
     stock = report["variants"].get("stock")
     for v in report["variants"].values():
         v["ratio_to_stock"] = (v["measured_peak_bytes"] / stock["measured_peak_bytes"]
@@ -101,6 +105,6 @@ def run(config, log=print):
     if config.memory_budget_gb:
         report["max_sizes"] = max_sizes(config, measured, log)
         if config.frontier:
-            report["frontier"] = frontier(config, report["device"], log)
+            report["frontier"] = frontier(config, overhead.bytes, log)
     render.write(report, config.out_dir)
     return report

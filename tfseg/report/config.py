@@ -25,7 +25,7 @@ class ReportConfig:
       frontier: with a budget, also estimate every training plan of the frontier
         (`tfseg.budget.estimate_frontier`) and which would fit.
       device_overhead_gb: the part of the budget outside the allocator
-        (`tfseg.budget.overhead_bytes`: -1 for the device's default).
+        (`tfseg.runtime.device.overhead`: -1 measures it; 0 on the CPU).
       verify_sizes: measure the predicted largest sizes for real.
       max_verify_seconds: skip (and record as skipped) a verification run whose
         estimated cost is above this: the variant's own run, its step time scaled

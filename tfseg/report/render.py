@@ -18,6 +18,14 @@ def _mib(value):
     return "-" if value is None else f"{value / MIB:.0f}"
 
 
+def _overhead(record):
+    """", device overhead N MiB (its source)" of a report's "device_overhead", or ""."""
+    if not record:
+        return ""
+    size = "?" if record["overhead_bytes"] is None else f"{record['overhead_bytes'] / MIB:.0f}"
+    return f", device overhead {size} MiB: {record['overhead_source']}"
+
+
 def table(report):
     rows = [
         f"{'variant':<15}{'measured MiB':>13}{'max':>6}{'x stock':>8}{'static est':>11}{'est/meas':>9}{'step s':>8}"
@@ -36,7 +44,7 @@ def table(report):
     repeats = {len(v["measured_peak_by_process_bytes"]) for v in report["variants"].values()}
     rows.append(f"(measured: the median over {'/'.join(map(str, sorted(repeats)))} fresh processes "
                 f"of each one's median step peak over its base; max: the largest step peak seen)")
-    rows.append(f"(device: {report['device']})")
+    rows.append(f"(device: {report['device']}{_overhead(report.get('device_overhead'))})")
     for name, error in (report.get("failed") or {}).items():
         rows.append(f"({name} did not run: {error})")
     if report["config"]["jit_compile"]:

@@ -7,10 +7,11 @@ import tensorflow as tf
 
 from tfseg import data as data_lib
 from tfseg import split as split_lib
-from tfseg.config.budget import GB, overhead_bytes
+from tfseg.config.budget import GB
 from tfseg.config.names import BUILTIN_BACKBONE
 from tfseg.errors import InputError
 from tfseg.models import application_backbone, deeplab_v3_plus
+from tfseg.runtime import device as device_lib
 from tfseg.split import cuts
 
 
@@ -137,8 +138,12 @@ def split(config, model_, loss_fn, log=print):
         cuts.part_costs(parts, kept, slots=1 if config.optim.momentum else 0), devices)
     room = 0
     if run.memory_budget_gb:
+        # Logical CPU devices share the host's memory: no overhead. GPU:0's stands for
+        # each GPU's: all run the same libraries.
         gpu = all("GPU" in device for device in devices)
-        room = int(run.memory_budget_gb * GB) - overhead_bytes(run.device_overhead_gb, gpu)
+        overhead = (device_lib.overhead(run.device_overhead_gb).bytes
+                    if gpu or run.device_overhead_gb >= 0 else 0)
+        room = int(run.memory_budget_gb * GB) - overhead
     log(f"{model_.name} split across {len(devices)} devices, {len(parts)} parts:")
     for line in cuts.describe(loads, room, batch):
         log(f"  {line}")

@@ -13,8 +13,9 @@ from tfseg.errors import InputError
 
 CONFIG_FILE = "config.json"
 # What config.json holds besides the settings: the class names and palette (predict and
-# export need no data set) and the memory plan chosen for --memory_budget_gb.
-RECORDS = ("class_names", "palette", "memory_plan")
+# export need no data set), the memory plan chosen for --memory_budget_gb and the device
+# trained on with its overhead (``tfseg.runtime.device.Overhead.to_dict``).
+RECORDS = ("class_names", "palette", "memory_plan", "device")
 
 
 _NUMBERED = re.compile(r"^ckpt-(\d+)\.index$")  # CheckpointManager's default name
@@ -159,6 +160,6 @@ def _check_records(saved, path):
     if "palette" in saved and len(palette) != len(names):
         raise InputError(f"{path}: palette: {len(palette)} colours for the {len(names)} "
                          f"class_names")
-    if not isinstance(saved.get("memory_plan", {}), dict):
-        raise InputError(f"{path}: memory_plan: must be an object, got "
-                         f"{saved['memory_plan']!r}")
+    for record in ("memory_plan", "device"):
+        if not isinstance(saved.get(record, {}), dict):
+            raise InputError(f"{path}: {record}: must be an object, got {saved[record]!r}")

@@ -17,6 +17,7 @@ from tfseg.errors import InputError, NonFiniteLoss
 from tfseg.evaluation.evaluate import PeriodicEval
 from tfseg.runtime import builders, checkpoints, files, init, summaries
 from tfseg.runtime.signals import StopRequest
+from tfseg.runtime import device as device_lib
 from tfseg.training import losses
 from tfseg.training.lock import ModelDirLock
 from tfseg.training.progress import Progress
@@ -24,7 +25,8 @@ from tfseg.training.step import make_train_step
 
 
 def memory_peak():
-    """(label, MiB): TF's allocator peak (GPU:0, else CPU:0) since the last call, where it
+    """(label, MiB): TF's allocator peak since the last call on the device measurements
+    read (``tfseg.runtime.device.name()``: GPU:0, else CPU:0), where it
     keeps one, else the process's peak resident set size so far, labelled as such.
 
     The CPU allocator keeps no statistics unless oneDNN is on: ``get_memory_info``
@@ -32,14 +34,14 @@ def memory_peak():
     The resident size's high-water mark starts at the parent process's (Linux keeps
     it across fork and exec), so under a large parent it shows that until exceeded.
     """
-    device = "GPU:0" if tf.config.list_logical_devices("GPU") else "CPU:0"
+    device = device_lib.name()
     try:
-        peak = tf.config.experimental.get_memory_info(device)["peak"]
+        peak = device_lib.memory_info()["peak"]
     except (ValueError, tf.errors.OpError):
         peak = 0
     if peak > 0:
         # Each reading is the peak since the one before (the last log line), not the run's.
-        tf.config.experimental.reset_memory_stats(device)
+        device_lib.reset_peak()
         return f"{device[:3].lower()}_peak_MiB", peak / 2**20
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return "rss_peak_MiB", rss / (2**20 if sys.platform == "darwin" else 2**10)
