@@ -64,10 +64,9 @@ class ClassShards:
 
     @staticmethod
     def _pixel_indices(classes):
-        """[N, H, W, 4] int32 indices (n, y, x, class) of `classes` [N, H, W]."""
-        shape = tf.shape(classes)
-        grid = tf.meshgrid(tf.range(shape[0]), tf.range(shape[1]), tf.range(shape[2]),
-                           indexing="ij")
+        """[N, H, W, 4] int64 indices (n, y, x, class) of int64 `classes` [N, H, W]."""
+        shape = tf.shape(classes, out_type=tf.int64)
+        grid = tf.meshgrid(*[tf.range(shape[k]) for k in range(3)], indexing="ij")
         return tf.stack(grid + [classes], -1)
 
     def _shards(self):
@@ -75,7 +74,9 @@ class ClassShards:
 
     def cross_entropy(self, features, kernel, bias, labels, weights, size):
         """sum(weights * softmax cross-entropy) of the logits at `size` (H, W), a scalar."""
-        labels = tf.convert_to_tensor(labels)
+        # int64 index math: on a GPU, TF keeps int32 tensors and their arithmetic in
+        # host memory (CPU work and copies every step); int64 stays on the device.
+        labels = tf.cast(labels, tf.int64)
         weights = tf.cast(weights, features.dtype)
 
         @tf.custom_gradient
@@ -148,10 +149,11 @@ class ClassShards:
             with tf.device(device):
                 z = self._logits(x, kernel, bias, start, end, size)
                 maxima.append(tf.reduce_max(z, -1))
-                where.append(tf.argmax(z, -1, output_type=tf.int32) + start)
+                # int64: see cross_entropy (only the result is int32).
+                where.append(tf.argmax(z, -1, output_type=tf.int64) + start)
             x = _gated(_gated(features, maxima[-1]), where[-1])
-        best = tf.argmax(tf.stack(maxima, -1), -1, output_type=tf.int32)
-        return tf.gather(tf.stack(where, -1), best, batch_dims=3)
+        best = tf.argmax(tf.stack(maxima, -1), -1, output_type=tf.int64)
+        return tf.cast(tf.gather(tf.stack(where, -1), best, batch_dims=3), tf.int32)
 
 
 @keras.saving.register_keras_serializable(package="tfseg")

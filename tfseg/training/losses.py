@@ -57,7 +57,7 @@ class PixelLoss(keras.losses.Loss):
         labels = _class_ids(labels)
         weights = tf.cast(tf.not_equal(labels, IGNORE_LABEL), tf.float32)
         if self._weight_table is not None:
-            safe = tf.where(labels == IGNORE_LABEL, 0, labels)
+            safe = tf.where(labels == IGNORE_LABEL, tf.zeros_like(labels), labels)
             weights *= tf.gather(self._weight_table, safe)
         if sample_weight is not None:
             sample_weight = tf.cast(sample_weight, tf.float32)
@@ -147,11 +147,16 @@ def mean_iou(num_classes, name="mean_iou"):
 
 
 def _class_ids(labels):
-    """int32 labels [N, H, W] from int or float [N, H, W] or [N, H, W, 1]."""
+    """int64 labels [N, H, W] from int or float [N, H, W] or [N, H, W, 1].
+
+    int64, not int32: on a GPU, TF keeps int32 tensors (and runs the int32 compare,
+    select and arithmetic kernels) in host memory, so int32 index math on the label
+    map is CPU work and two copies every step; int64 stays on the device.
+    """
     labels = tf.convert_to_tensor(labels)
     if labels.shape.rank == 4 and labels.shape[-1] == 1:
         labels = tf.squeeze(labels, -1)
-    return labels if labels.dtype == tf.int32 else tf.cast(labels, tf.int32)
+    return labels if labels.dtype == tf.int64 else tf.cast(labels, tf.int64)
 
 
 def _require_same_size(labels, logits):
