@@ -181,3 +181,18 @@ def test_whole_and_scaled_passes_are_padded_and_cropped_back(model, image):
                                (45, 70), "bilinear")
     predictor = Predictor(model, InferenceConfig("multiscale", scales=(0.6,), size_multiple=16))
     np.testing.assert_allclose(predictor(image), expected, atol=2e-5)
+
+
+def test_eval_and_predict_run_their_passes_at_the_sizes_of_the_runs_model():
+    """The pass sizes come from the run: k x output stride for half_pixel resizes (a
+    129x129 window runs at 160x160 with stride 32), k x stride + 1 for align_corners
+    (research/deeplab's 769 as it is)."""
+    from tfseg.config import Config
+    from tfseg.evaluation.evaluate import inference_config
+
+    half = inference_config(Config.from_flat(output_stride=32))
+    assert (half.size_multiple, half.size_plus_one, half.crop) == (32, False, (129, 129))
+    assert half.pass_size(129) == 160 and half.pass_size(128) == 128
+    corners = inference_config(Config.from_flat(resize="align_corners"), mode="whole")
+    assert (corners.size_multiple, corners.size_plus_one, corners.mode) == (16, True, "whole")
+    assert corners.pass_size(769) == 769 and corners.pass_size(768) == 769
