@@ -71,8 +71,10 @@ def train(config=None, *, stop=None, log=print, **overrides):
 
 def evaluate(config=None, *, stop=None, log=print, **overrides):
     """mIoU of the latest checkpoint of ``model_dir`` (or ``checkpoint=``) on the eval
-    split: the dict written to ``MODEL_DIR/eval/eval.json`` ("miou", "per_class_iou",
-    "pixel_accuracy", ...), or None if ``stop`` ended it early.
+    split: the dict written to ``MODEL_DIR/eval/NAME.json`` ("miou", "per_class_iou",
+    "pixel_accuracy", "checkpoint", "inference", ...; NAME is the inference setting:
+    ``whole.json``, ``sliding_129x129_stride86x86.json``, ...), or None if ``stop`` ended
+    it early.
 
     Example:
         tfseg.evaluate(model_dir="runs/try")["miou"]
