@@ -42,7 +42,7 @@ class _Input:
                                     self.pad[1][0]:self.pad[1][0] + shape[2]]
         d_scale = []
         if self.scale is not None:  # as TF's Mul gradient: the sum over the broadcast axes
-            # in float32 for half types, as TF's reduction kernels accumulate.
+            # in float32 for half types (`dilated.accumulator`).
             product = d_prepared * self.activated
             d_scale = [tf.cast(tf.reduce_sum(tf.cast(product, accumulator(product.dtype)),
                                              [1, 2], keepdims=True), product.dtype)]

@@ -1,4 +1,8 @@
-"""The training loop: resume, step, log, evaluate, checkpoint; stop cleanly on signals or NaN."""
+"""The training loop: resume, step, log, evaluate, checkpoint; stop cleanly on signals or NaN.
+
+The loop reads the steps' results (loss, finite check, step counter) only where it acts:
+at log, eval and checkpoint steps, on a stop and at the end (``tfseg.training.outcomes``);
+in between the host queues the next step without waiting for the device."""
 
 import contextlib
 import os
@@ -20,6 +24,7 @@ from tfseg.runtime.signals import StopRequest
 from tfseg.runtime import device as device_lib
 from tfseg.training import losses
 from tfseg.training.lock import ModelDirLock
+from tfseg.training.outcomes import Outcomes
 from tfseg.training.progress import Progress
 from tfseg.training.step import make_train_step
 
@@ -234,26 +239,38 @@ def _train(config, strategy, stop, log, record=None):
     saved_at = start if restored else None  # the step whose checkpoint is on disk
     skipped = SkippedUpdates(run.max_skipped_updates, log)
 
+    outcomes = Outcomes(start)  # the steps' results, read only where the loop acts
+
+    def due(at):
+        """Whether the loop acts at step ``at``: logs, evaluates, saves or ends."""
+        return (at % run.log_every == 0 or at % run.checkpoint_every == 0
+                or at >= optim.train_steps or bool(evaluate and at % run.eval_every == 0))
+
     with writer.as_default():
         accum = optim.grad_accum_steps
-        while int(step.numpy()) < optim.train_steps:
+        while outcomes.ahead < optim.train_steps:
             # --grad_accum_steps: one update of `accum` micro-batches, all counted as read.
             micro = [next(batches) for _ in range(accum)]
             loss, finite, predictions = train_step(micro[0] if accum == 1 else micro)
             read.assign_add(accum)
-            current, loss = int(step.numpy()), float(loss)
-            if not bool(finite):
-                # Without loss scaling the gradients are checked too: the loss may be finite.
-                raise NonFiniteLoss(
-                    f"non-finite loss or gradients (loss {loss}) at step {current + 1}: stopped "
-                    f"without saving; the last good checkpoint is "
-                    f"{result['checkpoint'] or '(none)'}. Lower --learning_rate or add "
-                    f"--warmup_steps.")
-            # False when the loss-scale optimizer skipped the update: nothing to log or save.
-            advanced = current > result["step"]
-            # The last checkpoint saved or restored, as kept here: no file read per step.
-            skipped(advanced, current, optimizer, result["checkpoint"])
+            outcomes.add(loss, finite, step.read_value())
             window_steps += 1
+            if not (stop or due(outcomes.ahead)):
+                continue  # queue the next step without waiting for this one
+            for current, advanced, loss, finite in outcomes.read():
+                if not finite:
+                    # Without loss scaling the gradients are checked too: the loss may be
+                    # finite. Raised before anything below saves, for any queued step.
+                    raise NonFiniteLoss(
+                        f"non-finite loss or gradients (loss {loss}) at step {current + 1}: "
+                        f"stopped without saving; the last good checkpoint is "
+                        f"{result['checkpoint'] or '(none)'}. Lower --learning_rate or add "
+                        f"--warmup_steps.")
+                # False when the loss-scale optimizer skipped the update.
+                skipped(advanced, current, optimizer, result["checkpoint"])
+            # Whether the last step reached a new step: nothing to log or save otherwise.
+            # (No earlier queued step can have reached a step acted on: see Outcomes.)
+            advanced = current > result["step"]
             result.update(step=current, loss=loss)
             if advanced and (current % run.log_every == 0 or current == optim.train_steps):
                 seconds = time.perf_counter() - window_start
