@@ -70,7 +70,8 @@ def export(config, log=print):
     entries = all_entries()
     require_replaceable(export_dir, "--export_dir", run.overwrite, "an export",
                         lambda name: name in entries)
-    model, _, path, config = load_model(config, stock=True, log=log)
+    loaded = load_model(config, stock=True, log=log)
+    model, path, config = loaded.model, loaded.checkpoint, loaded.config
     request = request_of(config, log)
     written = []
     with replaced_folder(export_dir, "--export_dir") as new:

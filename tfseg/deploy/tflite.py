@@ -59,6 +59,6 @@ def write(model, folder, request):
     with open(os.path.join(folder, TFLITE_FILE), "wb") as f:
         f.write(convert(model, request))
     height, width = request.size
-    return (f"{TFLITE_FILE} ({request.quantization if request.quantization != 'none' else 'float32'}"
-            f"; signature serving_default: uint8 {INPUT} [1,{height},{width},3] -> "
-            f"{request.outputs()})")
+    weights = request.quantization if request.quantization != "none" else "float32"
+    return (f"{TFLITE_FILE} ({weights}; signature serving_default: uint8 {INPUT} "
+            f"[1,{height},{width},3] -> {request.outputs()})")
