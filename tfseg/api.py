@@ -21,20 +21,26 @@ def config_of(config=None, **overrides):
     return config.replace(**overrides) if overrides else config
 
 
-def fit_budget(config, log=print):
+def fit_budget(config, log=print, stop=None):
     """``config`` with the fastest settings that fit ``--memory_budget_gb`` on this
-    machine's devices, and the record of the choice (kept in config.json)."""
+    machine's devices, and the record of the choice (kept in config.json); (``config``,
+    None) when ``stop`` was set while planning (the measurement under way is killed)."""
     import tensorflow as tf
 
     from tfseg import budget
     from tfseg.evaluation.loading import num_classes
+    from tfseg.profile.measure import Stopped
     from tfseg.runtime import files
 
     gpus = len(tf.config.list_physical_devices("GPU"))
-    # MirroredStrategy() takes every GPU, else the CPU: one replica each
-    config, choice = budget.plan_run(config, num_classes(config), gpus > 0,
-                                     saved=files.load_config(config.run.model_dir),
-                                     replicas=max(1, gpus))
+    try:
+        # MirroredStrategy() takes every GPU, else the CPU: one replica each
+        config, choice = budget.plan_run(config, num_classes(config), gpus > 0,
+                                         saved=files.load_config(config.run.model_dir),
+                                         replicas=max(1, gpus), stop=stop)
+    except Stopped:
+        log(f"{stop.signal}: memory planning stopped; nothing written")
+        return config, None
     log(choice.line())
     return config, {"memory_plan": choice.to_dict()}
 
@@ -59,7 +65,7 @@ def train(config=None, *, stop=None, log=print, **overrides):
     config, record = config_of(config, **overrides), None
     # Split across devices, the budget is each device's: the split's cuts check it.
     if config.run.memory_budget_gb and not config.run.model_devices:
-        config, record = fit_budget(config, log)
+        config, record = fit_budget(config, log, stop)
         if stop:
             return dict(step=None, loss=None, stopped_by=stop.signal, checkpoint=None)
     # config.json records the device and its overhead (measured on a GPU; a run without

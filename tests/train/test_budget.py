@@ -58,3 +58,38 @@ def test_a_budget_with_conflicting_flags_is_one_line(data_dir, tmp_path, flags, 
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
     assert lines[0].startswith(f"tfseg: error: {message}")
     assert not os.path.exists(os.path.join(tmp_path, "config.json"))
+
+
+@pytest.mark.slow
+def test_a_stop_while_planning_ends_the_run_and_its_measuring_process_at_once(
+        data_dir, tmp_path):
+    """SIGTERM while the budget planner measures in a child process: the child is killed
+    and the run exits 143 within seconds (not after the remaining estimates), with no
+    checkpoint and no config.json written."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.train.conftest import start_main, wait_for
+
+    model_dir = tmp_path / "run"
+    proc = start_main("--mode=train", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+                      "--train_steps=1", "--memory_budget_gb=50", *TINY_FLAGS)
+    wait_for(proc, r"estimating ")
+    time.sleep(1)  # the measuring child is up
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                              text=True).stdout.split()
+    assert children, "no measuring process"
+    proc.send_signal(signal.SIGTERM)
+    start = time.monotonic()
+    output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, output[-2000:]
+    assert time.monotonic() - start < 10, output[-2000:]
+    assert "SIGTERM: memory planning stopped; nothing written" in output, output[-2000:]
+    assert "Traceback" not in output
+    time.sleep(0.5)
+    assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")
+                and open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
+    assert not (model_dir / "config.json").exists()
+    assert not [name for name in os.listdir(model_dir) if name.startswith("ckpt-")] \
+        if model_dir.exists() else True

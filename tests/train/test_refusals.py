@@ -194,17 +194,17 @@ def test_a_folder_run_with_invalid_config_json_is_refused_naming_the_file(
 def test_eval_reads_the_newest_checkpoint_when_rotation_removes_the_one_it_found(
         trained_copy, monkeypatch):
     """Training rotates checkpoints while eval starts: the one the state file named is
-    gone when eval restores it. Eval goes on with the newest, and names no flag that was
-    not given; with --checkpoint given, that one is named."""
+    gone when eval pins it to read. Eval goes on with the newest, and names no flag that
+    was not given; with --checkpoint given, that one is named."""
     import shutil
 
-    from tfseg.runtime import checkpoints
+    from tfseg.evaluation import loading
 
     data_dir, run = trained_copy
-    restore = checkpoints.Checkpoints.restore
+    pin = loading.pinned
     calls = []
 
-    def rotate_first(self, path=None):
+    def rotate_first(path):
         if not calls:  # a save of ckpt-9, then the rotation of the one eval found
             for name in os.listdir(run):
                 if name.startswith("ckpt-6."):
@@ -214,9 +214,9 @@ def test_eval_reads_the_newest_checkpoint_when_rotation_removes_the_one_it_found
                 if name.startswith(os.path.basename(path) + "."):
                     os.remove(run / name)
         calls.append(path)
-        return restore(self, path)
+        return pin(path)
 
-    monkeypatch.setattr(checkpoints.Checkpoints, "restore", rotate_first)
+    monkeypatch.setattr(loading, "pinned", rotate_first)
     proc = run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={run}")
     assert [os.path.basename(p) for p in calls] == ["ckpt-6", "ckpt-9"], calls
     result = json.load(open(run / "eval" / "whole.json"))
@@ -225,3 +225,47 @@ def test_eval_reads_the_newest_checkpoint_when_rotation_removes_the_one_it_found
     line = _one_line(run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={run}",
                               "--checkpoint=ckpt-3", check=False))
     assert "ckpt-3" in line and "--checkpoint" in line, line
+
+
+def test_eval_keeps_the_step_of_a_checkpoint_rotated_away_while_it_scores(
+        trained_copy, monkeypatch):
+    """The checkpoint eval restored is removed while eval scores the split (a training
+    run rotating it): whole.json still records the step it evaluated."""
+    from tfseg.evaluation import evaluate as evaluate_lib
+
+    data_dir, run = trained_copy
+    score = evaluate_lib.run_metrics
+
+    def rotate_then_score(*args, **kwargs):
+        for name in os.listdir(run):
+            if name.startswith("ckpt-6."):
+                os.remove(run / name)
+        return score(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate_lib, "run_metrics", rotate_then_score)
+    run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={run}")
+    result = json.load(open(run / "eval" / "whole.json"))
+    assert result["checkpoint"].endswith("ckpt-6") and result["step"] == 6, result
+
+
+@pytest.mark.slow
+def test_eval_during_training_reads_a_whole_checkpoint_each_time(trained_copy):
+    """A real training run saves and rotates a checkpoint every step (keeping one) while
+    eval runs over and over on its folder: every eval exits 0 with a checkpoint that
+    training wrote, and names no flag the user did not pass."""
+    from tests.train.conftest import start_main, wait_for
+
+    data_dir, run = trained_copy
+    trainer = start_main("--mode=train", f"--data_dir={data_dir}", f"--model_dir={run}",
+                         "--train_steps=100000", "--checkpoint_every=1",
+                         "--keep_checkpoints=1", *TINY_FLAGS)
+    wait_for(trainer, r"step +8/")
+    steps = []
+    for _ in range(3):
+        proc = run_main("--mode=eval", f"--data_dir={data_dir}", f"--model_dir={run}",
+                        check=False)
+        assert proc.returncode == 0 and "--checkpoint" not in proc.stdout + proc.stderr, \
+            proc.stdout[-2000:] + proc.stderr[-2000:]
+        steps.append(json.load(open(run / "eval" / "whole.json"))["step"])
+    assert trainer.poll() is None  # training went on throughout
+    assert all(step >= 7 for step in steps) and steps == sorted(steps), steps

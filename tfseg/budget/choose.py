@@ -13,6 +13,7 @@ instead.
 """
 
 import dataclasses
+import functools
 import os
 
 from tfseg.config import Config
@@ -85,8 +86,9 @@ class _Frontier:
     """The frontier of `step` and what is known of each plan: static estimates (each
     traced in a fresh process, once) and measured totals."""
 
-    def __init__(self, step, log, measure):
-        self.step, self.log, self.measure = step, log, measure
+    def __init__(self, step, log, measure, stop=None):
+        self.step, self.log = step, log
+        self.measure = functools.partial(measure, stop=stop) if stop is not None else measure
         self.base = step.replace(analyze=True, analyze_batches=(), run_steps=False)
         self.estimates, self.measured = {}, {}
         repeats = step.run.model.middle_repeats
@@ -150,7 +152,7 @@ def estimate_frontier(step, log=print, measure=measure_lib.measure):
 
 
 def choose(step, budget_bytes, overhead, verify=True, log=print, measure=measure_lib.measure,
-           margin=MARGIN):
+           margin=MARGIN, stop=None):
     """The fastest plan of `step`'s frontier whose step fits `budget_bytes - overhead`.
 
     Args:
@@ -160,12 +162,14 @@ def choose(step, budget_bytes, overhead, verify=True, log=print, measure=measure
         fraction) of the room, either way.
       log: called with a line per estimate and measurement.
       measure: `tfseg.profile.measure.measure` (a fresh process per call).
+      stop: a `tfseg.runtime.signals.StopRequest`: once set, the measurement under way
+        is killed and `tfseg.profile.measure.Stopped` raised.
 
     Raises InputError (one line) when no plan fits: the smallest plan's need and the
     largest batch or square crop that would fit it.
     """
     room = budget_bytes - overhead
-    plans = _Frontier(step, log, measure)
+    plans = _Frontier(step, log, measure, stop)
     slack = margin if verify else 0.0
 
     def fits(i):
@@ -242,7 +246,7 @@ def replica_config(config, replicas):
             f"per replica (batch {share} of {config.data.batch_size} on {replicas})")
 
 
-def plan_run(config, num_classes, has_gpu, log=print, saved=None, replicas=1):
+def plan_run(config, num_classes, has_gpu, log=print, saved=None, replicas=1, stop=None):
     """(`config` with the plan's --memory_saving and --recompute, the `Choice`) for
     a training run with --memory_budget_gb; a resumed run keeps the plan in its
     `saved` config dict (`saved_choice`) instead of planning again. With
@@ -268,6 +272,7 @@ def plan_run(config, num_classes, has_gpu, log=print, saved=None, replicas=1):
         replica, note = replica_config(config, replicas)
         step = StepConfig(run=replica, num_classes=num_classes, timed_steps=0)
         choice = dataclasses.replace(choose(
-            step, int(run.memory_budget_gb * GB), overhead, run.verify_plan, log), replica=note)
+            step, int(run.memory_budget_gb * GB), overhead, run.verify_plan, log,
+            stop=stop), replica=note)
     return config.replace(memory_saving=choice.plan.memory_saving,
                           recompute=choice.plan.recompute), choice

@@ -31,13 +31,6 @@ def inference_config(config, **overrides):
     return InferenceConfig(**{**fields, **overrides})
 
 
-def _step_of(path):
-    """The training step saved in checkpoint ``path`` (0 for one saved without it)."""
-    reader = tf.train.load_checkpoint(path)
-    key = "step/.ATTRIBUTES/VARIABLE_VALUE"
-    return int(reader.get_tensor(key)) if reader.has_tensor(key) else 0
-
-
 def eval_data(config):
     """The evaluation split's ``DataConfig``: whole images at batch 1, so there is no
     padding to mask out."""
@@ -94,7 +87,7 @@ def evaluate(config, log=print, stop=None):
     ``StopRequest``) was set during the evaluation: nothing is written then, since the
     metrics of part of the split would pass for the whole's.
     """
-    model, classes, path, config = load_model(config, log=log)
+    model, classes, path, config, step = load_model(config, log=log)
     predictor = Predictor(model, inference_config(config))
     dataset, data_stats = data_lib.build_dataset_with_stats(eval_data(config), training=False)
     metrics, images, seconds = run_metrics(predictor, dataset, classes.class_names, stop)
@@ -107,7 +100,7 @@ def evaluate(config, log=print, stop=None):
         **metrics.result(),
         "result": name,
         "checkpoint": path,
-        "step": _step_of(path),
+        "step": step,
         "split": config.data.eval_split,
         "dataset": config.data.dataset,
         "eval_mode": config.eval.mode,

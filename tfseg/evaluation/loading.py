@@ -5,14 +5,17 @@ import dataclasses
 import os
 
 import numpy as np
+import tensorflow as tf
 
 from tfseg import data as data_lib
 from tfseg.config import ARCHITECTURE
 from tfseg.errors import InputError
 from tfseg.runtime import builders, checkpoints, files, init
+from tfseg.runtime.pinned import pinned
 
 
-Loaded = collections.namedtuple("Loaded", "model classes checkpoint config")
+# step: the training step saved in the checkpoint (0 for one saved without it).
+Loaded = collections.namedtuple("Loaded", "model classes checkpoint config step")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,9 +97,9 @@ def load_model(config, stock=False, log=print):
     # Inference never needs sync batch norm: it uses the moving statistics.
     norm = "batch" if config.model.norm == "sync_batch" else config.model.norm
     model = builders.model(config, info.num_classes, norm)
-    path = _restore(model, config.run.model_dir, config.run.checkpoint, given, log)
+    path, step = _restore(model, config.run.model_dir, config.run.checkpoint, given, log)
     log(f"restored {path}")
-    return Loaded(model, info, path, config.replace(checkpoint=path))
+    return Loaded(model, info, path, config.replace(checkpoint=path), step)
 
 
 # How many newer checkpoints to try when rotation removes the one found (a training run
@@ -105,17 +108,20 @@ _TRIES = 5
 
 
 def _restore(model, model_dir, path, given, log):
-    """Restores ``path`` into ``model``; returns the path restored.
+    """Restores ``path`` into ``model``; returns (the path restored, its step).
 
     Without ``--checkpoint`` (``given``), ``path`` is the latest of a folder that a
-    training run may be rotating: when it is removed between being found and being
-    read, the newest checkpoint then is read instead (a reader never sees a checkpoint
+    training run may be rotating. Its files are pinned (``tfseg.runtime.pinned``) before
+    they are read, so a rotation cannot remove them half-way; when it removed them
+    before, the newest checkpoint then is read instead (a reader never sees a checkpoint
     half written: the state file names one only once it is whole).
     """
     ckpts = checkpoints.Checkpoints(model, model_dir)
     for _ in range(_TRIES):
         try:
-            return ckpts.restore(path)
+            with pinned(path) as prefix:
+                ckpts.restore(prefix)
+                return path, _step_of(prefix)
         except checkpoints.DamagedCheckpoint as error:
             newest = None if given else files.latest_checkpoint(model_dir)
             if newest is None or newest == path:  # named, or truly damaged: one line
@@ -128,6 +134,13 @@ def _restore(model, model_dir, path, given, log):
     raise InputError(f"--model_dir: the checkpoints in {model_dir} were removed faster than "
                      f"they could be read ({_TRIES} in a row); evaluate a copy, or "
                      f"raise --keep_checkpoints")
+
+
+def _step_of(prefix):
+    """The training step saved in the checkpoint ``prefix`` (0 for one saved without it)."""
+    reader = tf.train.load_checkpoint(prefix)
+    key = "step/.ATTRIBUTES/VARIABLE_VALUE"
+    return int(reader.get_tensor(key)) if reader.has_tensor(key) else 0
 
 
 def _initial_weights_only(config):
@@ -151,4 +164,4 @@ def _load_initial(config, stock, log):
     model = builders.model(config, info.num_classes, norm)
     # A result from weights left at their initial values would pass for the model's.
     init.load(model, config.run.init_checkpoint, log, partial=False)
-    return Loaded(model, info, config.run.init_checkpoint, config)
+    return Loaded(model, info, config.run.init_checkpoint, config, 0)

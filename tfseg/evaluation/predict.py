@@ -141,7 +141,7 @@ def predict(config, log=print):
     targets = _targets(paths, out_dir, run.output_format)
     skip = config.data.skip_bad_examples
     # The palette comes from the run's config.json: no data set needed.
-    model, classes, _, config = load_model(config, log=log)
+    model, classes, _, config, _ = load_model(config, log=log)
     _require_format(run.output_format, classes)
     predictor = Predictor(model, inference_config(config))
     written, skipped = [], []

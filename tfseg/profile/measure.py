@@ -194,13 +194,23 @@ def dies_with_parent():
     return tie
 
 
-def measure(config, timeout=None):
+class Stopped(Exception):
+    """A stop request (SIGTERM, Ctrl-C) ended a measurement: its process was killed."""
+
+
+def measure(config, timeout=None, stop=None):
     """Measures `config` in a fresh Python process and returns its dict.
 
     A fresh process per variant, so that no allocator state, cached kernels or
     leftover tensors of another variant distort the peak. The result also has
     `wall_seconds`: how long the whole process took (start-up, build, tracing,
     steps, analysis).
+
+    Args:
+      timeout: seconds, after which the process is killed (`subprocess.TimeoutExpired`).
+      stop: true once a stop is requested (a `tfseg.runtime.signals.StopRequest`): the
+        process is killed within a quarter second and `Stopped` is raised, rather than
+        waiting the tens of seconds a measured step can take.
     """
     # The CPU allocator keeps statistics only with oneDNN's allocator, so it is on
     # here whatever the parent process chose.
@@ -208,23 +218,44 @@ def measure(config, timeout=None):
                TF_ENABLE_ONEDNN_OPTS="1")
     payload = json.dumps(config.to_json())
     start = time.perf_counter()
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "tfseg.profile.measure", payload],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
         env=env,
         preexec_fn=dies_with_parent(),
     )
+    stdout, stderr = _wait(proc, timeout, stop)
     if proc.returncode != 0:
-        tail = proc.stderr.strip().splitlines()[-1:] or ["(no output)"]
+        tail = stderr.strip().splitlines()[-1:] or ["(no output)"]
         message = f"measuring {config.variant} failed (exit {proc.returncode}): {tail[0]}"
         if proc.returncode in (OUT_OF_MEMORY_EXIT, -signal.SIGKILL):
             raise OutOfMemory(message)
         raise RuntimeError(message)
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = json.loads(stdout.strip().splitlines()[-1])
     result["wall_seconds"] = time.perf_counter() - start
     return result
+
+
+def _wait(proc, timeout, stop):
+    """(stdout, stderr) of `proc` once it ends, looking at `stop` and the `timeout`
+    every quarter second; on either, or any exception here, the process is killed (as
+    `subprocess.run` kills it) before raising."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                return proc.communicate(timeout=0.25)
+            except subprocess.TimeoutExpired:
+                if stop:
+                    raise Stopped(getattr(stop, "signal", None)) from None
+                if deadline is not None and time.monotonic() > deadline:
+                    raise subprocess.TimeoutExpired(proc.args, timeout) from None
+    except BaseException:
+        proc.kill()
+        proc.communicate()
+        raise
 
 
 def measure_repeats(config, repeats=3, timeout=None):
