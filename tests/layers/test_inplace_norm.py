@@ -4,6 +4,7 @@ import pytest
 import tensorflow as tf
 
 from tfseg.layers import GAMMA_EPSILON, InplaceBatchNormalization, InplaceGroupNormalization
+from tfseg.layers import fused_norm
 from tfseg.layers.fused_norm import FUSED_MIN_EPSILON
 from tests.layers.twins import ancestors, compare, train_step, training_ops
 
@@ -248,3 +249,32 @@ def test_twins_add_a_residual_as_a_following_add_does(kind, relu, compiled):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-6, atol=1e-7)
     if kind == "batch_fused" and compiled:
         assert FUSED_OPS <= step_op_types(twin, x)
+
+
+@pytest.fixture
+def norm_form(request):
+    """Sets the batch-norm twin's form (`--fused_norm`) for one test, then "auto" again."""
+    fused_norm.use(request.param)
+    yield request.param
+    fused_norm.use("auto")
+
+
+@pytest.mark.parametrize("norm_form", ["auto", "true", "false"], indirect=True)
+def test_fused_norm_option_picks_the_form_and_each_matches_stock(norm_form):
+    """--fused_norm: "true" and "auto" (the CPU's measured choice) run the fused kernels,
+    "false" the unfused ops; both match stock, to float32's rounding where the kernels
+    run and exactly in float64 (which the kernels do not take: unfused either way)."""
+    shape = (2, 9, 11, 16)
+    kwargs = dict(momentum=0.9, epsilon=EPSILONS["fused"])
+    twin = InplaceBatchNormalization(**kwargs)
+    compare(keras.layers.BatchNormalization(**kwargs), twin, shape, compiled=True,
+            rtol=1e-5, atol=2e-6)
+    ops = step_op_types(twin, tf.zeros(shape))
+    assert (FUSED_OPS <= ops) if norm_form != "false" else not FUSED_OPS & ops
+    kwargs = dict(kwargs, dtype="float64")
+    twin = InplaceBatchNormalization(**kwargs)
+    compare(keras.layers.BatchNormalization(**kwargs), twin, shape, compiled=True,
+            dtype="float64", rtol=1e-12, atol=1e-12)
+    assert not FUSED_OPS & step_op_types(twin, tf.zeros(shape, "float64"))
+    with pytest.raises(ValueError, match="fused norm form"):
+        fused_norm.use("maybe")

@@ -3,7 +3,7 @@
 import keras
 
 from tfseg.config import Config
-from tfseg.layers import InplaceGroupNormalization, ReluDepthwiseConv2D
+from tfseg.layers import InplaceGroupNormalization, ReluDepthwiseConv2D, fused_norm
 from tfseg.runtime import builders
 
 
@@ -44,3 +44,15 @@ def test_the_model_section_is_the_model():
     assert norms and all(type(layer) is InplaceGroupNormalization for layer in norms)
     assert any(isinstance(layer, ReluDepthwiseConv2D) for layer in layers)
     assert builders.model(config, 3, norm="batch").count_params() != model.count_params()
+
+
+def test_fused_norm_reaches_the_batch_norm_twins():
+    """--fused_norm sets the form the batch-norm twins trace in (tfseg.layers.fused_norm)."""
+    try:
+        for form in ("false", "true", "auto"):
+            config = Config.from_flat(width_multiplier=0.125, middle_repeats=1,
+                                      memory_saving=True, fused_norm=form)
+            builders.model(config, num_classes=3)
+            assert fused_norm.form() == form
+    finally:
+        fused_norm.use("auto")

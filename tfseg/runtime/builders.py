@@ -10,6 +10,7 @@ from tfseg import split as split_lib
 from tfseg.config.budget import GB
 from tfseg.config.names import BUILTIN_BACKBONE
 from tfseg.errors import InputError
+from tfseg.layers import fused_norm
 from tfseg.models import application_backbone, deeplab_v3_plus
 from tfseg.runtime import device as device_lib
 from tfseg.split import cuts
@@ -84,6 +85,7 @@ def model(config, num_classes, norm=None, training=False, **overrides):
     (``application_backbone``: dilated to the output stride, with
     ``backbone_weights`` loaded) and passed as ``deeplab_v3_plus``'s ``backbone``.
     """
+    fused_norm.use(config.run.fused_norm)  # the batch-norm twins' form, read as they trace
     kwargs = dataclasses.asdict(config.model)
     name, weights = kwargs.pop("backbone"), kwargs.pop("backbone_weights")
     shards = kwargs.pop("class_shards")
