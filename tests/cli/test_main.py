@@ -38,7 +38,7 @@ def test_there_are_flagfiles():
 @pytest.mark.parametrize("flagfile", FLAGFILES, ids=os.path.basename)
 def test_flagfile_parses_and_documents_itself(flagfile):
     lines = open(flagfile).read().splitlines()
-    assert lines[0].startswith("# ") and any("python main.py" in line for line in lines)
+    assert lines[0].startswith("# ") and any(line.startswith("#   tfseg ") for line in lines)
     assert any(line.startswith("# Expected") for line in lines)
     config = _settings(_main(f"--flagfile={flagfile}", "--mode=validate"))
     assert config["mode"] == "validate"
