@@ -96,10 +96,16 @@ class _Frontier:
         # Another backbone than Xception-65: the head's segments only.
         self.plans = frontier(candidates(self.analysis.get("segments", {}), repeats,
                                          backbone=step.run.model.backbone), repeats)
+        seconds = self.estimates["memory_saving"].get("wall_seconds", 0.0)
+        self.log(f"{len(self.plans)} plans on the frontier, each estimated in a fresh "
+                 f"process of about {seconds:.0f} s: at most about "
+                 f"{seconds * (len(self.plans) - 1):.0f} s more")
 
     def estimate(self, plan):
         if plan.name not in self.estimates:
-            self.log(f"estimating {plan.describe()} ...")
+            count = f" ({len(self.estimates) + 1}/{len(self.plans)})" if hasattr(
+                self, "plans") else ""
+            self.log(f"estimating {plan.describe()}{count} ...")
             self.estimates[plan.name] = self.measure(self.base.replace(
                 variant=plan.variant, recompute_blocks=plan.recompute))
         return self.estimates[plan.name]
@@ -142,10 +148,10 @@ class _Frontier:
             "time_over_memory_saving": self.time_ratio(p)} for p in self.plans)
 
 
-def estimate_frontier(step, log=print, measure=measure_lib.measure):
+def estimate_frontier(step, log=print, measure=measure_lib.measure, stop=None):
     """Every plan of `step`'s frontier, estimated (the report's table and plot): the
-    `Choice.points` dicts."""
-    plans = _Frontier(step, log, measure)
+    `Choice.points` dicts. `stop`: as `choose`'s."""
+    plans = _Frontier(step, log, measure, stop)
     for i in range(len(plans.plans)):
         plans.predicted(i)
     return plans.points()

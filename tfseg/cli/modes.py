@@ -23,7 +23,7 @@ from tfseg.runtime.signals import StopRequest
 # after what there was to save is saved (``exit_if_stopped``).
 STOP = StopRequest()
 # The modes that honour STOP between steps; the others end at once on a signal, as usual.
-STOPPABLE = ("train_and_eval", "train", "eval")
+STOPPABLE = ("train_and_eval", "train", "eval", "report")
 MODES = {}
 
 
@@ -103,29 +103,44 @@ def run_report(config):
     weight decay, class weights, jit)."""
     from tfseg import report
     from tfseg.evaluation.loading import num_classes
+    from tfseg.profile.measure import Stopped
     from tfseg.profile.step import StepConfig
 
     step = StepConfig(run=config, num_classes=num_classes(config), timed_steps=1)
     run = config.run
     out_dir = run.report_dir or os.path.join(run.model_dir, "report")
-    result = report.run(
-        report.ReportConfig(
-            step=step,
-            variants=run.report_variants,
-            repeats=run.report_repeats,
-            memory_budget_gb=run.memory_budget_gb or None,
-            frontier=True,
-            device_overhead_gb=run.device_overhead_gb,
-            # Another backbone has only the head's segments (None: Xception-65's default).
-            recompute_blocks=config.model.recompute or (
-                None if config.model.backbone == BUILTIN_BACKBONE else RECOMPUTE_HEAD),
-            verify_sizes=run.report_verify_seconds > 0,
-            max_verify_seconds=run.report_verify_seconds,
-            out_dir=out_dir,
-        )
-    )
+    try:
+        result = report.run(_report_config(config, step, out_dir), log=_print, stop=STOP)
+    except Stopped:
+        _print(f"{STOP.signal}: report stopped before a variant was measured; nothing written")
+        exit_if_stopped(finished=False)
     print(report.render.table(result))
-    print(f"wrote {out_dir}/report.json, report.md, parts.png")
+    partial = " (partial: stopped)" if result.get("partial") else ""
+    print(f"wrote {out_dir}/report.json, report.md, parts.png{partial}", flush=True)
+    # Stopped: what was measured is written, the rest is not: the shell's 128 + signal.
+    exit_if_stopped(finished=False)
+
+
+def _report_config(config, step, out_dir):
+    """The `tfseg.report.ReportConfig` of `config`'s flags."""
+    from tfseg import report
+
+    run = config.run
+    return report.ReportConfig(
+        step=step,
+        variants=run.report_variants,
+        repeats=run.report_repeats,
+        memory_budget_gb=run.memory_budget_gb or None,
+        frontier=True,
+        device_overhead_gb=run.device_overhead_gb,
+        # Another backbone has only the head's segments (None: Xception-65's default).
+        recompute_blocks=config.model.recompute or (
+            None if config.model.backbone == BUILTIN_BACKBONE else RECOMPUTE_HEAD),
+        verify_sizes=run.report_verify_seconds > 0,
+        max_verify_seconds=run.report_verify_seconds,
+        max_minutes=run.report_max_minutes or None,
+        out_dir=out_dir,
+    )
 
 
 @mode("convert")

@@ -302,6 +302,10 @@ class Run:
     report_verify_seconds: float = setting(300.0, "report: skip a size-verification run "
                                            "estimated to take longer (0: verify nothing, "
                                            "only predict).")
+    report_max_minutes: float = setting(
+        10.0, "report with --memory_budget_gb: start no size-verification run that would "
+        "end later than this many minutes after the report began; the sizes left are "
+        "reported as estimates, marked unverified (0: no bound).")
     report_dir: str = setting("", "report: output folder (default: MODEL_DIR/report).")
     report_variants: Tuple[str, ...] = setting(
         ("stock", "memory_saving", "recompute"), "report: what to measure side by side: "
@@ -344,6 +348,7 @@ class Run:
         for name in self.report_variants:
             one_of(name, REPORT_VARIANTS, "report_variants")
         check(self.report_verify_seconds >= 0, "report_verify_seconds", "must be >= 0")
+        check(self.report_max_minutes >= 0, "report_max_minutes", "must be >= 0 (0: no bound)")
         check(not self.model_devices or self.strategy == "default", "model_devices",
               f"splits one model across devices and does not combine with "
               f"--strategy={self.strategy} (data parallelism); use --strategy=default")

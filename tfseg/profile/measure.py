@@ -258,14 +258,15 @@ def _wait(proc, timeout, stop):
         raise
 
 
-def measure_repeats(config, repeats=3, timeout=None):
+def measure_repeats(config, repeats=3, timeout=None, stop=None):
     """`measure` in `repeats` fresh processes, as one result (recipe step 6).
 
-    Only the first process runs `config.analyze`. Returns `combine` of them.
+    Only the first process runs `config.analyze`. Returns `combine` of them. `stop`:
+    as `measure`'s.
     """
-    runs = [measure(config, timeout)]
-    runs += [measure(dataclasses.replace(config, analyze=False, analyze_batches=()), timeout)
-             for _ in range(repeats - 1)]
+    runs = [measure(config, timeout, stop)]
+    runs += [measure(dataclasses.replace(config, analyze=False, analyze_batches=()), timeout,
+                     stop) for _ in range(repeats - 1)]
     return combine(runs)
 
 

@@ -1,12 +1,15 @@
 """The report itself: every variant measured side by side, accounted and written."""
 
+import dataclasses
+
 from tfseg import budget as budget_lib
 from tfseg.budget import fit as fit_lib
 from tfseg.data.outputs import require_folder
-from tfseg.profile.measure import measure_repeats
+from tfseg.profile.measure import Stopped, measure_repeats
 from tfseg.profile.step import VARIANTS
 from tfseg.report import render
 from tfseg.report.config import PER_VARIANT, variant_step
+from tfseg.report.progress import Clock, duration
 from tfseg.report.verify import max_sizes
 from tfseg.runtime import device as device_lib
 
@@ -57,34 +60,43 @@ def entry(m):
     }
 
 
-def frontier(config, overhead, log=print):
+def frontier(config, overhead, log=print, stop=None):
     """The frontier of training plans (`tfseg.budget`) at the report's size, every plan
     estimated, and the fastest whose estimate fits the budget less `overhead` bytes
     (`--mode=train` would verify it)."""
     budget = int(config.memory_budget_gb * budget_lib.GB)
-    points = budget_lib.estimate_frontier(config.step.replace(timed_steps=0), log)
+    points = budget_lib.estimate_frontier(config.step.replace(timed_steps=0), log, stop=stop)
     fitting = [p["name"] for p in points if p["predicted_bytes"] <= budget - overhead]
     return {"budget_bytes": budget, "overhead_bytes": overhead, "points": list(points),
             "fastest_fitting": fitting[0] if fitting else None}
 
 
-def run(config, log=print):
-    """Measures every variant in its own processes and writes the report.
+def intent(config):
+    """The line a report starts with: what it is about to measure, and its bound."""
+    processes = "process" if config.repeats == 1 else "processes"
+    variants = "variant" if len(config.variants) == 1 else "variants"
+    line = (f"report: {len(config.variants)} {variants} ({', '.join(config.variants)}), "
+            f"{config.repeats} fresh {processes} each")
+    if config.memory_budget_gb:
+        line += f"; then for the {config.memory_budget_gb:g} GiB budget"
+        if config.frontier:
+            line += ", the training plans estimated"
+        if config.verify_sizes:
+            line += ", the largest batch and crop measured"
+    if config.max_minutes:
+        line += f"; bounded at {config.max_minutes:g} min (then estimates only)"
+    return line
 
-    Args:
-      config: a `ReportConfig`.
-      log: called with a progress line before each variant (and verification run).
 
-    Returns the report dict; writes report.json, report.md and parts.png to
-    `config.out_dir`.
-    """
-    require_folder(config.out_dir, "--report_dir")  # before minutes of measuring
-    report = {"config": _common_config(config.step), "variants": {}}
-    measured = {}
-    for name in config.variants:
+def _measure_variants(config, report, measured, clock, log):
+    """Measures each variant into `measured` and its row into `report`, with a progress
+    line after each."""
+    for k, name in enumerate(config.variants):
+        clock.check()
         log(f"measuring {name} ...")
         try:
-            measured[name] = measure_repeats(variant_step(config, name), config.repeats)
+            measured[name] = measure_repeats(variant_step(config, name), config.repeats,
+                                             stop=clock.stop)
         except RuntimeError as error:
             if name in VARIANTS:
                 raise  # tfseg's own: a bug
@@ -93,6 +105,60 @@ def run(config, log=print):
             report.setdefault("failed", {})[name] = str(error)
             continue
         report["variants"][name] = entry(measured[name])
+        left = len(config.variants) - k - 1
+        log(f"{k + 1}/{len(config.variants)} variants measured, about "
+            f"{duration(clock.elapsed() / (k + 1) * left)} left of them")
+
+
+def _search(config, report, measured, overhead, clock, log):
+    """The budget's part of `report`: the frontier's static estimates first (each a
+    traced step, never run), then the measurements that check the largest sizes, as
+    far as the time bound allows. Stopped, or stopped before (`report["partial"]`), it
+    keeps the sizes' predictions, from what was measured (no process runs)."""
+    if "partial" not in report:
+        try:
+            if config.frontier:
+                report["frontier"] = frontier(config, overhead.bytes, log, clock.stop)
+            report["max_sizes"] = max_sizes(config, measured, log, clock)
+            return
+        except Stopped:
+            report["partial"] = {"signal": clock.stop.signal, "missing": []}
+    if config.frontier and "frontier" not in report:
+        report["partial"]["missing"].append("frontier")
+    report["partial"]["missing"].append("size verification")
+    report["max_sizes"] = max_sizes(dataclasses.replace(config, verify_sizes=False), measured,
+                                    log)
+
+
+def run(config, log=print, stop=None):
+    """Measures every variant in its own processes and writes the report.
+
+    Args:
+      config: a `ReportConfig`.
+      log: called with what the report will do, a progress line before and after each
+        variant (and verification run).
+      stop: a `tfseg.runtime.signals.StopRequest` (or None): once set, the measurement
+        under way is killed, and what was measured is written, marked partial (nothing
+        is, before the first variant is measured: `Stopped` is raised).
+
+    Returns the report dict; writes report.json, report.md and parts.png to
+    `config.out_dir`. A report stopped early has "partial": {"signal": ..., "missing":
+    [what it did not get to]}; with a budget, "time_bound_reached" says whether the
+    time bound left sizes unmeasured (their rows have "sizes_measured": false).
+    """
+    require_folder(config.out_dir, "--report_dir")  # before minutes of measuring
+    clock = Clock(config.max_minutes, stop, log)
+    report = {"config": _common_config(config.step), "variants": {}}
+    measured = {}
+    log(intent(config))
+    try:
+        _measure_variants(config, report, measured, clock, log)
+    except Stopped:
+        if not measured:
+            raise
+        left = [n for n in config.variants if n not in measured and n not in
+                report.get("failed", {})]
+        report["partial"] = {"signal": stop.signal, "missing": [f"variant {n}" for n in left]}
     report["device"] = next(iter(measured.values()))["device"]  # each process's, all the same
     # Measured on a GPU (NVML), 0 on the CPU; needed only to fit the frontier in a budget.
     overhead = device_lib.overhead(config.device_overhead_gb,
@@ -103,8 +169,7 @@ def run(config, log=print):
         v["ratio_to_stock"] = (v["measured_peak_bytes"] / stock["measured_peak_bytes"]
                                if stock else None)
     if config.memory_budget_gb:
-        report["max_sizes"] = max_sizes(config, measured, log)
-        if config.frontier:
-            report["frontier"] = frontier(config, overhead.bytes, log)
+        _search(config, report, measured, overhead, clock, log)
+        report["time_bound_reached"] = clock.bound_reached
     render.write(report, config.out_dir)
     return report

@@ -31,6 +31,9 @@ class ReportConfig:
         estimated cost is above this: the variant's own run, its step time scaled
         by the size ratio.
       max_verify_runs: at most this many verification runs per variant.
+      max_minutes: the report's time bound (None: none): no verification run starts
+        that would end after this many minutes from the report's start; the sizes it
+        would have measured are reported as estimates (`sizes_measured`: false).
       out_dir: where report.json, report.md and parts.png go.
     """
 
@@ -44,6 +47,7 @@ class ReportConfig:
     verify_sizes: bool = True
     max_verify_seconds: float = 300.0
     max_verify_runs: int = 6
+    max_minutes: float = None
     out_dir: str = "report"
 
 

@@ -71,8 +71,9 @@ def table(report):
         rows.append(f"largest sizes, budget {sizes['budget_gb']} GB at {size} "
                     f"(totals include the base):")
         for name, p in sizes["variants"].items():
+            unverified = "" if p.get("sizes_measured", True) else " (estimates, not all measured)"
             rows.append(f"  {name:<15} predicted max batch {p['max_batch']:>3}, square crop at batch 1 "
-                        f"{p['max_square_crop']:>5}")
+                        f"{p['max_square_crop']:>5}{unverified}")
             check = p.get("verified")
             if check is not None:
                 sizes = ", ".join(f"b{b}={_mib(t)}" for b, t in sorted(check["total_bytes_by_batch"].items()))
@@ -134,6 +135,21 @@ def frontier_chart(frontier, path):
     plt.close(fig)
 
 
+def caveats(report):
+    """The sentences a stopped or time-bounded report opens with (none for a whole one)."""
+    lines = []
+    partial = report.get("partial")
+    if partial:
+        lines.append(f"**Partial report**: stopped by {partial['signal']} before it finished; "
+                     f"missing: {', '.join(partial['missing'])}. What it shows was measured or "
+                     f"estimated before the stop.")
+    if report.get("time_bound_reached"):
+        lines.append("**Time bound reached** (--report_max_minutes): the largest sizes marked "
+                     "\"estimates\" were not measured; they are the budget fit's predictions "
+                     "(\"sizes_measured\": false in report.json).")
+    return lines
+
+
 def markdown(report):
     lines = ["# tfseg memory report", "", f"Configuration: `{json.dumps(report['config'])}`", "",
              "```", table(report), "```", "",
@@ -145,6 +161,7 @@ def markdown(report):
              "part whose layer made them (tfseg/profile/analysis.py).", "", "![parts](parts.png)", ""]
     if report.get("frontier"):
         lines += ["![training plans](frontier.png)", ""]
+    lines[2:2] = [text for line in caveats(report) for text in (line, "")]
     return "\n".join(lines)
 
 

@@ -6,6 +6,7 @@ import dataclasses
 from tfseg.budget import fit as fit_lib
 from tfseg.profile.measure import OutOfMemory, measure
 from tfseg.report.config import variant_step
+from tfseg.report.progress import Clock
 
 
 def estimated_run_seconds(measured, size_ratio):
@@ -34,10 +35,14 @@ class _Verifier:
       name: the variant.
       measured: the variant's measured result at the report's size.
       log: called with a line before each run.
+      clock: the report's `tfseg.report.progress.Clock`: no run starts that would end
+        past its time bound, nor after a stop request (`Stopped` is raised, and the run
+        under way is killed).
     """
 
-    def __init__(self, config, name, measured, log):
+    def __init__(self, config, name, measured, log, clock):
         self.config, self.name, self.measured, self.log = config, name, measured, log
+        self.clock = clock
         self.runs = 0
         self.skipped = {"batch": {}, "crop": {}}
 
@@ -58,6 +63,10 @@ class _Verifier:
             self.skipped[kind][size] = {"reason": "too expensive",
                                         "estimated_seconds": round(seconds, 1)}
             return None
+        if not self.clock.allows(seconds):
+            self.skipped[kind][size] = {"reason": "time bound",
+                                        "estimated_seconds": round(seconds, 1)}
+            return None
         self.log(f"verifying {self.name} at {kind} {size} (about {seconds:.0f} s) ...")
         # As many steps as the measured run; the total is from the median step, as
         # the measured peak is. Only running out of memory means "does not fit":
@@ -66,10 +75,11 @@ class _Verifier:
                                                             **changes)
         self.runs += 1
         try:
-            m = measure(step)
+            m = measure(step, stop=self.clock.stop)
             totals[size] = m["base_bytes"] + m["peak_over_base_bytes"]
         except OutOfMemory:
             totals[size] = float("inf")
+        self.clock.done(self.name)
         return totals[size]
 
 
@@ -118,37 +128,65 @@ def _verify_crop(verifier, f, budget, output_stride):
     }
 
 
-def max_sizes(config, measured, log=print):
+def planned_runs(config, f, m):
+    """The estimated seconds of the runs that verify fit `f` of measured result `m`
+    when its prediction holds: the predicted batch, one more, and the predicted crop
+    (those over `max_verify_seconds` left out, at most `max_verify_runs`)."""
+    output_stride = config.step.run.model.output_stride
+    ratios = []
+    if f.max_batch >= 1:
+        ratios += [f.max_batch / m["batch"], (f.max_batch + 1) / m["batch"]]
+    if f.max_square_crop >= output_stride:
+        ratios.append(f.max_square_crop**2 / (m["height"] * m["width"] * m["batch"]))
+    seconds = [estimated_run_seconds(m, r) for r in ratios]
+    return [s for s in seconds if s <= config.max_verify_seconds][:config.max_verify_runs]
+
+
+def max_sizes(config, measured, log=print, clock=None):
     """Predicts the largest batch and square crop per variant (`fit_lib.fit`); then,
     if `verify_sizes`, measures them for real, each run only when its estimated
-    cost is under `max_verify_seconds`, at most `max_verify_runs` a variant.
+    cost is under `max_verify_seconds`, at most `max_verify_runs` a variant, and
+    only while the `clock`'s time bound allows it.
 
     Args:
       config: the `ReportConfig` (`memory_budget_gb` set).
       measured: {variant: its `tfseg.profile.measure.measure_repeats` result}.
-      log: called with a line before each verification run.
+      log: called with the plan, a line before each verification run and the progress.
+      clock: a `tfseg.report.progress.Clock` (None: one without a bound or a stop).
 
-    Returns the report's "max_sizes" dict.
+    Returns the report's "max_sizes" dict; each variant's "sizes_measured" says whether
+    its largest batch and crop were measured (false: the predictions are estimates).
+    Raises `tfseg.profile.measure.Stopped` on a stop request (the run under way killed).
     """
+    clock = clock or Clock(log=log)
     budget = int(config.memory_budget_gb * 2**30)
     output_stride = config.step.run.model.output_stride
     result = {"budget_gb": config.memory_budget_gb, "budget_bytes": budget,
               "max_verify_seconds": config.max_verify_seconds, "variants": {}}
+    fits = {name: fit_lib.fit(m, budget, output_stride) for name, m in measured.items()}
+    if config.verify_sizes:
+        clock.plan("verifying the largest batch and crop under the budget",
+                   {name: planned_runs(config, f, measured[name]) for name, f in fits.items()})
     for name, m in measured.items():
-        f = fit_lib.fit(m, budget, output_stride)
+        f = fits[name]
         entry = dataclasses.asdict(f)
         entry["predicted_total_bytes"] = {
             "max_batch": f.total_bytes(f.max_batch),
             "max_batch_plus_one": f.total_bytes(f.max_batch + 1),
             "max_square_crop": f.total_bytes(1, f.max_square_crop**2 / (m["height"] * m["width"])),
         }
+        entry["sizes_measured"] = False
         if config.verify_sizes:
-            verifier = _Verifier(config, name, m, log)
+            verifier = _Verifier(config, name, m, log, clock)
             if f.max_batch >= 1:
                 entry["verified"] = _verify_batch(verifier, f, budget)
             if f.max_square_crop >= output_stride:
                 entry["crop_verified"] = _verify_crop(verifier, f, budget, output_stride)
             entry["verification_runs"] = verifier.runs
             entry["skipped"] = verifier.skipped
+            entry["sizes_measured"] = not any(verifier.skipped.values())
+            clock.finish(name)
         result["variants"][name] = entry
+    if clock.bound_reached:
+        result["time_bound_reached"] = True
     return result
