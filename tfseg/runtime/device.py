@@ -129,7 +129,10 @@ def _used(pynvml):
     for i in range(pynvml.nvmlDeviceGetCount()):
         handle = pynvml.nvmlDeviceGetHandleByIndex(i)
         used.append(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-        processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        try:
+            processes = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        except pynvml.NVMLError:  # not supported here: the device's growth stands in
+            processes = []
         mine.append(next((p.usedGpuMemory for p in processes if p.pid == os.getpid()), None))
     return used, mine
 
@@ -167,8 +170,10 @@ def probe():
     after, mine = _used(pynvml)
     growth = [a - b for a, b in zip(after, before)]
     index = max(range(len(growth)), key=growth.__getitem__)
+    # With several GPUs TF starts a context on each; the largest use is GPU:0's (its
+    # warm-up ran there).
     mine_here = [m for m in mine if m is not None]
-    process = mine_here[0] if mine_here else growth[index]
+    process = max(mine_here) if mine_here else growth[index]
     how = "process use (NVML)" if mine_here else "device use growth (NVML)"
     # The allocator's regions hold at least its peak: what is left is outside it.
     return {"overhead_bytes": max(0, int(process - peak)), "process_bytes": int(process),

@@ -1,0 +1,61 @@
+"""benchmarks/gpu.py: refuses in one line without a GPU, and its --cpu dry run runs every
+piece (parity, the step rows, the layout optimizer A/B, the overhead, the table) at tiny
+shapes, so that its first GPU run cannot fail for a reason a CPU shows."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfseg.runtime import device
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(ROOT, "benchmarks", "gpu.py")
+
+
+def _run(*args, timeout=1200):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, SCRIPT, *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.skipif(device.name() != "CPU:0", reason="refuses only where there is no GPU")
+def test_without_a_gpu_it_exits_2_in_one_line():
+    proc = _run()
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no GPU" in lines[0] and "--cpu" in lines[0], proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("measure")
+@pytest.mark.timeout(1500)  # seven fresh processes, each building and tracing a DeepLab
+def test_the_cpu_dry_run_runs_every_piece_and_writes_the_table(tmp_path):
+    proc = _run("--cpu", "--repeats", "1", "--out_dir", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "gpu.json").read_text())
+    assert summary == json.loads(proc.stdout.strip().splitlines()[-1])
+    assert summary["dry_run"] and summary["overhead"]["bytes"] == 0
+    # Parity: float64 exact up to rounding; float32 within batch-norm reordering noise.
+    assert [p["dtype"] for p in summary["parity"]] == ["float64", "float32"]
+    for p in summary["parity"]:
+        assert "error" not in p, p
+        limit = 1e-9 if p["dtype"] == "float64" else 5e-2
+        assert max(p["relative_error"].values()) < limit, p
+    rows = {(r["size"], r["name"]): r for r in summary["rows"]}
+    # Each kind of row once: the fp32 variants, the layout optimizer off, bf16.
+    assert {("513x513 b2", "stock"), ("513x513 b2", "memory_saving"), ("513x513 b2", "recompute"),
+            ("513x513 b2", "memory_saving_layout_off"),
+            ("1024x2048 b1", "recompute_bf16")} <= set(rows)
+    for key, row in rows.items():
+        assert "error" not in row, (key, row["error"])
+        result = row["result"]
+        assert result["device"] == "CPU:0" and result["peak_over_base_bytes"] > 0, key
+        assert result["gpu_utilisation_percent"] is None  # no NVML on the CPU
+    stock, saving = rows[("513x513 b2", "stock")], rows[("513x513 b2", "memory_saving")]
+    assert saving["result"]["peak_over_base_bytes"] < stock["result"]["peak_over_base_bytes"]
+    table = (tmp_path / "gpu.md").read_text()
+    assert "| 513x513 b2 | memory_saving |" in table and "PaddlePaddle" in table
+    assert "3,563 MiB" in table  # the CPU figure beside stock's row
