@@ -12,8 +12,9 @@ Measures, each in a fresh process:
   at 513x513 batch 2 and 1024x2048 batch 1, and the `mixed_bfloat16` rows at full
   resolution, in interleaved rounds (stock, memory saving, recompute, stock, ...);
 - Grappler's layout optimizer off against on (stock and memory saving, 513x513 b2);
-- the batch-norm twin's two forms (fused kernels, unfused ops), where tfseg has the
-  setting (`--norm_setting`, found by name otherwise; skipped, with a note, without);
+- the batch-norm twin's two forms, `--fused_norm=true` (TF's fused kernels) and `false`
+  (the unfused ops), at 513x513 b2 (`--norm_setting` names another setting; without one
+  the A/B is skipped, with a note);
 - GPU utilisation during the timed steps (NVML) and the device overhead
   (`tfseg.runtime.device`: NVML after TF's start-up with memory growth, and the process's
   memory outside the allocator under a real step).
@@ -74,8 +75,10 @@ def norm_setting(name):
     if not found:
         return None
     current = flat[found[0]]
-    values = [not current] if isinstance(current, bool) else []
-    return found[0], values
+    if isinstance(current, bool):
+        return found[0], [not current]
+    # A string setting ("auto", "true", "false"): both forms, named outright.
+    return found[0], [v for v in ("true", "false") if v != current]
 
 
 def rows(args):
@@ -104,8 +107,9 @@ def rows(args):
             for value in (found[1] if found else []):
                 out.append((label, f"memory_saving_{found[0]}={value}",
                             steps["memory_saving"].replace(**{found[0]: value}), True))
-    if args.cpu:
-        out = [r for r in out if r[:2] in CPU_ROWS or "=" in r[1]]
+    if args.cpu:  # and one norm row
+        norms = [r for r in out if "=" in r[1]][-1:]
+        out = [r for r in out if r[:2] in CPU_ROWS] + norms
     return [(size, name, step.to_json(), layout) for size, name, step, layout in out]
 
 

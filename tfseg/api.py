@@ -35,7 +35,7 @@ def fit_budget(config, log=print, stop=None):
     gpus = len(tf.config.list_physical_devices("GPU"))
     try:
         # MirroredStrategy() takes every GPU, else the CPU: one replica each
-        config, choice = budget.plan_run(config, num_classes(config), gpus > 0,
+        config, choice = budget.plan_run(config, num_classes(config),
                                          saved=files.load_config(config.run.model_dir),
                                          replicas=max(1, gpus), stop=stop)
     except Stopped:

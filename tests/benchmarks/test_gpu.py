@@ -48,7 +48,8 @@ def test_the_cpu_dry_run_runs_every_piece_and_writes_the_table(tmp_path):
     # Each kind of row once: the fp32 variants, the layout optimizer off, bf16.
     assert {("513x513 b2", "stock"), ("513x513 b2", "memory_saving"), ("513x513 b2", "recompute"),
             ("513x513 b2", "memory_saving_layout_off"),
-            ("1024x2048 b1", "recompute_bf16")} <= set(rows)
+            ("1024x2048 b1", "recompute_bf16"),
+            ("513x513 b2", "memory_saving_fused_norm=false")} <= set(rows)
     for key, row in rows.items():
         assert "error" not in row, (key, row["error"])
         result = row["result"]

@@ -252,7 +252,7 @@ def replica_config(config, replicas):
             f"per replica (batch {share} of {config.data.batch_size} on {replicas})")
 
 
-def plan_run(config, num_classes, has_gpu, log=print, saved=None, replicas=1, stop=None):
+def plan_run(config, num_classes, log=print, saved=None, replicas=1, stop=None):
     """(`config` with the plan's --memory_saving and --recompute, the `Choice`) for
     a training run with --memory_budget_gb; a resumed run keeps the plan in its
     `saved` config dict (`saved_choice`) instead of planning again. With
