@@ -9,6 +9,7 @@ import pytest
 import tfseg
 from tfseg.api import config_of
 from tfseg.errors import InputError
+from tfseg.runtime import device
 
 # tests/train's tiny run, as keywords.
 TINY = dict(dataset="cityscapes", width_multiplier=0.25, middle_repeats=1, crop_size=(64, 64),
@@ -37,6 +38,10 @@ def test_train_evaluate_predict_export_in_python(tmp_path):
                          log=messages.append, **TINY)
     assert result["step"] == 2 and result["checkpoint"].endswith("ckpt-2")
     assert any("from scratch" in m for m in messages)
+    # config.json records the device trained on and its overhead (0 on the CPU).
+    recorded = json.load(open(os.path.join(run, "config.json")))["device"]
+    assert recorded["device"] == device.name() and recorded["overhead_source"]
+    assert recorded["overhead_bytes"] == 0 or device.name() != "CPU:0"
     metrics = tfseg.evaluate(data_dir=data_dir, model_dir=run, log=messages.append, **TINY)
     assert metrics == json.load(open(os.path.join(run, "eval", "whole.json")))
     assert 0 <= metrics["miou"] <= 1 and metrics["step"] == 2

@@ -110,3 +110,13 @@ def test_sigterm_while_a_report_is_written_keeps_the_previous_one(tmp_path):
     assert proc.returncode == -signal.SIGTERM, output[-2000:]
     assert _files(out) == before
     assert not any(STAGING_PREFIX in path for path, _, _ in os.walk(tmp_path))
+
+
+def test_the_device_line_names_the_device_overhead_and_where_it_comes_from():
+    report = _report(400, frontier=False)
+    assert "(device: CPU:0)" in render.table(report)  # a report written before the record
+    report["device_overhead"] = {"device": "GPU:0", "overhead_bytes": 600 * MIB,
+                                 "overhead_source": "measured (NVML)"}
+    assert "(device: CPU:0, device overhead 600 MiB: measured (NVML))" in render.table(report)
+    report["device_overhead"].update(overhead_bytes=None, overhead_source="not measured: x")
+    assert "device overhead ? MiB: not measured: x)" in render.table(report)
