@@ -57,6 +57,12 @@ def test_past_the_bound_no_run_starts_and_none_after_it():
     assert not clock.allows(61.0)  # would end past the bound
     assert clock.bound_reached and not clock.allows(0.0)  # reached: nothing more starts
     assert Clock(max_minutes=None, now=now).allows(1e9)  # no bound
+    lines = []
+    late = Clock(max_minutes=1, log=lines.append, now=now)
+    now.t += 120
+    late.plan("verifying", {"stock": [10.0]})
+    assert lines == ["verifying: 1 runs planned, about 10 s; the bound of 1 min is passed: "
+                     "none will start"]
 
 
 def test_a_stop_request_raises_stopped_between_runs():

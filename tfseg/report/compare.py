@@ -106,8 +106,8 @@ def _measure_variants(config, report, measured, clock, log):
             continue
         report["variants"][name] = entry(measured[name])
         left = len(config.variants) - k - 1
-        log(f"{k + 1}/{len(config.variants)} variants measured, about "
-            f"{duration(clock.elapsed() / (k + 1) * left)} left of them")
+        rest = f", about {duration(clock.elapsed() / (k + 1) * left)} left of them" if left else ""
+        log(f"{k + 1}/{len(config.variants)} variants measured{rest}")
 
 
 def _search(config, report, measured, overhead, clock, log):

@@ -61,8 +61,10 @@ class Clock:
         self._count = 0
         bound = ""
         if self.deadline is not None:
-            bound = (f"; bounded at {self.max_minutes:g} min, "
-                     f"{duration(max(0.0, self.deadline - self.now()))} of it left")
+            left = self.deadline - self.now()
+            bound = (f"; bounded at {self.max_minutes:g} min, {duration(left)} of it left"
+                     if left > 0 else f"; the bound of {self.max_minutes:g} min is passed: "
+                     f"none will start")
         runs = [s for r in self._pending.values() for s in r]
         self.log(f"{what}: {len(runs)} runs planned, about {duration(sum(runs))}{bound}")
 
