@@ -74,6 +74,33 @@ def test_a_stop_request_raises_stopped_between_runs():
         clock.allows(1.0)
 
 
+def test_sizes_past_the_bound_are_the_fits_predictions_marked_unverified():
+    from tests.report.test_report import _measured
+    from tfseg.profile.step import StepConfig
+    from tfseg.report import ReportConfig, max_sizes, render
+
+    # Budget 2700: batch 5 and crop 209 predicted (tests/report/test_report.py), each
+    # run estimated at ~13 s: past a bound of 6 s, none starts.
+    config = ReportConfig(step=StepConfig.of(height=97, width=97, batch=2, timed_steps=0),
+                          memory_budget_gb=2700 / 2**30)
+    lines = []
+    clock = Clock(max_minutes=0.1, log=lines.append, now=_Time())
+    sizes = max_sizes(config, {"stock": _measured()}, lines.append, clock)
+    assert lines[0].startswith("verifying the largest batch and crop under the budget: 3 runs "
+                               "planned, about 39 s; bounded at 0.1 min")
+    stock = sizes["variants"]["stock"]
+    assert (stock["max_batch"], stock["max_square_crop"]) == (5, 209)  # the predictions
+    assert stock["sizes_measured"] is False and stock["verification_runs"] == 0
+    assert stock["skipped"] == {"batch": {5: {"reason": "time bound", "estimated_seconds": 13.0}},
+                                "crop": {209: {"reason": "time bound",
+                                               "estimated_seconds": 12.4}}}
+    report = {"config": {"height": 100, "width": 100, "jit_compile": False}, "device": "CPU:0",
+              "variants": {}, "max_sizes": sizes, "time_bound_reached": clock.bound_reached}
+    assert re.search(r"predicted max batch +5, square crop at batch 1 +209 \(estimates, not "
+                     r"all measured\)", render.table(report))
+    assert render.caveats(report)[0].startswith("**Time bound reached**")
+
+
 def _run(*args, timeout=600):
     return subprocess.run([sys.executable, MAIN, *args], cwd=ROOT, env=main_env(),
                           capture_output=True, text=True, timeout=timeout)
