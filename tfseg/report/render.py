@@ -71,7 +71,8 @@ def table(report):
         rows.append(f"largest sizes, budget {sizes['budget_gb']} GB at {size} "
                     f"(totals include the base):")
         for name, p in sizes["variants"].items():
-            unverified = "" if p.get("sizes_measured", True) else " (estimates, not all measured)"
+            unverified = ("" if p.get("sizes_measured", True)
+                          else " (estimates, not all measured)")
             rows.append(f"  {name:<15} predicted max batch {p['max_batch']:>3}, square crop at batch 1 "
                         f"{p['max_square_crop']:>5}{unverified}")
             check = p.get("verified")
