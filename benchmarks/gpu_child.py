@@ -121,14 +121,14 @@ def step(spec):
         tf.config.experimental.set_memory_growth(gpu, True)
     import keras
 
-    from tfseg.profile.measure import _batch
+    from tfseg.profile.child import sample_batch
     from tfseg.profile.step import StepConfig, build_step
     from tfseg.runtime import device
 
     config = StepConfig.from_json(spec["step"])
     keras.utils.set_random_seed(0)
     strategy, model, _, train_step = build_step(config)
-    batch = _batch(config, strategy)
+    batch = sample_batch(config, strategy)
     start = time.perf_counter()
     float(train_step(batch)[0])  # warm-up: trace, slots, the allocator's regions
     warmup = time.perf_counter() - start

@@ -115,7 +115,7 @@ def check(name, changes, large):
     import keras
     from tensorflow.python.framework import kernels
 
-    from tfseg.profile.measure import _batch
+    from tfseg.profile.child import sample_batch
     from tfseg.profile.step import StepConfig, build_step
 
     keras.backend.clear_session()
@@ -125,7 +125,7 @@ def check(name, changes, large):
                          batch=2, width_multiplier=0.25, middle_repeats=2, timed_steps=0,
                          **changes)
     strategy, _, _, train_step = build_step(step)
-    graph = train_step.get_concrete_function(_batch(step, strategy)).graph
+    graph = train_step.get_concrete_function(sample_batch(step, strategy)).graph
     missing, host, walked = collections.Counter(), collections.Counter(), 0
     for g in graphs(graph):
         for op in g.get_operations():

@@ -19,7 +19,7 @@ ORDER = ("errors", "config", "layers", "memory", "models", "data", "split", "run
 # loads its loss on first use, so that the command's lock (tfseg.training.lock) costs no
 # TensorFlow; the Python API and the command import a mode's part when it runs, so that
 # `import tfseg` and --mode=validate import no TensorFlow.
-LOCAL_OK = {"profile/measure.py", "training/__init__.py", "api.py", "cli/modes.py",
+LOCAL_OK = {"profile/child.py", "training/__init__.py", "api.py", "cli/modes.py",
             "cli/main.py", "cli/quiet.py"}
 
 
