@@ -120,8 +120,11 @@ def _restore(model, model_dir, path, given, log):
     for _ in range(_TRIES):
         try:
             with pinned(path) as prefix:
-                ckpts.restore(prefix)
-                return path, _step_of(prefix)
+                try:
+                    ckpts.restore(prefix)
+                    return path, _step_of(prefix)
+                except InputError as error:
+                    raise _naming(error, prefix, path) from None
         except checkpoints.DamagedCheckpoint as error:
             newest = None if given else files.latest_checkpoint(model_dir)
             if newest is None or newest == path:  # named, or truly damaged: one line
@@ -134,6 +137,17 @@ def _restore(model, model_dir, path, given, log):
     raise InputError(f"--model_dir: the checkpoints in {model_dir} were removed faster than "
                      f"they could be read ({_TRIES} in a row); evaluate a copy, or "
                      f"raise --keep_checkpoints")
+
+
+def _naming(error, prefix, path):
+    """``error`` with the pinned ``prefix`` in its message (and ``path`` attribute) given
+    back as the checkpoint ``path`` the user knows."""
+    if prefix != path:
+        error.args = tuple(a.replace(prefix, path) if isinstance(a, str) else a
+                           for a in error.args)
+        if getattr(error, "path", None) == prefix:
+            error.path = path
+    return error
 
 
 def _step_of(prefix):
