@@ -81,3 +81,28 @@ def run_process(*args, timeout=180, **popen_kwargs):
     """``python main.py ARGS`` in a fresh process (for what needs one)."""
     return subprocess.run([sys.executable, MAIN, *args], capture_output=True, text=True,
                           timeout=timeout, env=main_env(), cwd=ROOT, **popen_kwargs)
+
+
+def children(pid):
+    """The pids of the live children of process ``pid`` (their parent pid in
+    /proc/PID/stat; zombies, reaped soon, are left out)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(name))
+    return found
+
+
+def alive(pid):
+    """True while ``pid`` runs (a zombie, reaped by init soon, counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -10,31 +10,7 @@ import time
 
 import pytest
 
-from tests.command import MAIN, ROOT, main_env
-
-
-def _children(pid):
-    """The pids of the children of process ``pid`` (their parent pid in /proc/PID/stat)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == pid and fields[0] != "Z":
-                found.append(int(name))
-    return found
-
-
-def _alive(pid):
-    """True while ``pid`` runs (a zombie, reaped by init soon, counts as ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+from tests.command import MAIN, ROOT, alive, children, main_env
 
 
 @pytest.mark.slow
@@ -61,17 +37,17 @@ def _stop_while_measuring(proc, sig):
         assert line or proc.poll() is None, seen[-3000:]
         seen += line
     deadline = time.time() + 60
-    while not _children(proc.pid) and time.time() < deadline:
+    while not children(proc.pid) and time.time() < deadline:
         time.sleep(0.05)
-    children = _children(proc.pid)
-    assert children, "no measuring process started"
+    kids = children(proc.pid)
+    assert kids, "no measuring process started"
     time.sleep(1)  # well into its start-up
     os.kill(proc.pid, sig)
     proc.wait(timeout=60)
     deadline = time.time() + 5
-    while any(map(_alive, children)) and time.time() < deadline:
+    while any(map(alive, kids)) and time.time() < deadline:
         time.sleep(0.05)
-    left = [pid for pid in children if _alive(pid)]
+    left = [pid for pid in kids if alive(pid)]
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"the measuring process {left} outlived tfseg (signal {sig.name})"

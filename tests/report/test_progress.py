@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.command import MAIN, ROOT, main_env
+from tests.command import MAIN, ROOT, alive, children, main_env
 from tfseg.profile.measure import Stopped
 from tfseg.report.progress import Clock, duration
 from tfseg.runtime.signals import StopRequest
@@ -130,19 +130,6 @@ def test_past_its_time_bound_the_report_gives_estimates_marked_unverified(tmp_pa
     assert "Time bound reached" in (out / "report.md").read_text()
 
 
-def _children(pid):
-    found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True)
-    return found.stdout.split()
-
-
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.slow
 @pytest.mark.xdist_group("measure")
 @pytest.mark.timeout(600)
@@ -160,10 +147,10 @@ def test_a_sigterm_while_verifying_writes_the_report_so_far_marked_partial(tmp_p
             seen += line
         assert re.search(r"verifying stock at", seen), seen[-3000:]
         deadline = time.time() + 30
-        while not _children(proc.pid) and time.time() < deadline:
+        while not children(proc.pid) and time.time() < deadline:
             time.sleep(0.05)
-        children = _children(proc.pid)
-        assert children, "no measuring process"
+        kids = children(proc.pid)
+        assert kids, "no measuring process"
         proc.send_signal(signal.SIGTERM)
         start = time.monotonic()
         output = seen + proc.communicate(timeout=120)[0]
@@ -176,9 +163,9 @@ def test_a_sigterm_while_verifying_writes_the_report_so_far_marked_partial(tmp_p
             proc.kill()
             proc.wait()
     deadline = time.time() + 5
-    while any(map(_alive, children)) and time.time() < deadline:
+    while any(map(alive, kids)) and time.time() < deadline:
         time.sleep(0.05)
-    assert not [pid for pid in children if _alive(pid)], "a measuring process outlived it"
+    assert not [pid for pid in kids if alive(pid)], "a measuring process outlived it"
     result = json.loads((out / "report.json").read_text())
     assert result["partial"] == {"signal": "SIGTERM", "missing": ["size verification"]}
     assert "stock" in result["variants"] and result["frontier"]["points"]

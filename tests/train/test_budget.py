@@ -67,9 +67,9 @@ def test_a_stop_while_planning_ends_the_run_and_its_measuring_process_at_once(
     and the run exits 143 within seconds (not after the remaining estimates), with no
     checkpoint and no config.json written."""
     import signal
-    import subprocess
     import time
 
+    from tests.command import alive, children
     from tests.train.conftest import start_main, wait_for
 
     model_dir = tmp_path / "run"
@@ -77,9 +77,8 @@ def test_a_stop_while_planning_ends_the_run_and_its_measuring_process_at_once(
                       "--train_steps=1", "--memory_budget_gb=50", *TINY_FLAGS)
     wait_for(proc, r"estimating ")
     time.sleep(1)  # the measuring child is up
-    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
-                              text=True).stdout.split()
-    assert children, "no measuring process"
+    kids = children(proc.pid)
+    assert kids, "no measuring process"
     proc.send_signal(signal.SIGTERM)
     start = time.monotonic()
     output = proc.communicate(timeout=60)[0]
@@ -88,8 +87,7 @@ def test_a_stop_while_planning_ends_the_run_and_its_measuring_process_at_once(
     assert "SIGTERM: memory planning stopped; nothing written" in output, output[-2000:]
     assert "Traceback" not in output
     time.sleep(0.5)
-    assert not [pid for pid in children if os.path.exists(f"/proc/{pid}")
-                and open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
+    assert not [pid for pid in kids if alive(pid)]
     assert not (model_dir / "config.json").exists()
     assert not [name for name in os.listdir(model_dir) if name.startswith("ckpt-")] \
         if model_dir.exists() else True
