@@ -37,6 +37,7 @@ def tree(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_resumed_batches_equal_the_unbroken_stream(tree):
     config = _config(tree)
     unbroken = _arrays(build_dataset(config, True, epochs=3))
