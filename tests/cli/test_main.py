@@ -214,3 +214,29 @@ def test_the_readme_command_in_a_fresh_process(tmp_path):
     assert len(list(data.glob("leftImg8bit/train/*/*.png"))) == 40
     result = json.loads((run / "eval" / "whole.json").read_text())
     assert result["step"] == 3 and result["images"] == 10 and 0 <= result["miou"] <= 1
+
+
+def test_a_signal_that_reaches_the_command_after_a_write_ends_it_as_the_signal_would(
+        tmp_path):
+    """A SIGTERM between the end of a write's block and its cleanup surfaces as
+    tfseg.data.outputs.Interrupted at the command's top (a real process: the command
+    ends itself by the signal): it ends by SIGTERM, with no traceback, and the write's
+    staging folder is removed."""
+    script = f"""
+import sys
+from tfseg.cli import main, modes
+from tfseg.data import outputs
+
+def write_then_signal(config):
+    with outputs.staged({str(tmp_path)!r}) as stage:
+        open(stage.path("a.txt"), "w").write("new")
+    raise outputs.Interrupted("SIGTERM")  # as if the handler fired just after the block
+
+modes.MODES["validate"] = write_then_signal
+sys.argv = ["tfseg", "--mode=validate"]
+main.run()
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == -15 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert [n for n in os.listdir(tmp_path) if n.startswith(".tfseg-staging-")] == []

@@ -11,7 +11,9 @@ Example:
     tfseg --flagfile=flags/cityscapes_xception65_os16_fullres.flags
 """
 
+import gc
 import os
+import signal
 import sys
 
 from absl import app, flags
@@ -114,6 +116,17 @@ def main(argv):
     except NonFiniteLoss as error:
         print(error_line(error), file=sys.stderr)
         return 3
+    except BaseException as error:
+        # A signal during a write that arrived between the end of the write's block and
+        # its cleanup reaches here (tfseg.data.outputs.Interrupted): end as the signal
+        # would have, once the write's cleanup has run.
+        outputs = sys.modules.get("tfseg.data.outputs")
+        if outputs is None or not isinstance(error, outputs.Interrupted):
+            raise
+        name = error.args[0]
+    gc.collect()  # the write's suspended cleanup, freed with the exception, runs first
+    signal.signal(signal.Signals[name], signal.SIG_DFL)
+    signal.raise_signal(signal.Signals[name])
 
 
 def run():
