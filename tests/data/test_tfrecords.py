@@ -117,6 +117,7 @@ def _contents(folder):
     return {name: (folder / name).read_bytes() for name in sorted(os.listdir(folder))}
 
 
+@pytest.mark.slow
 def test_a_second_conversion_replaces_the_splits_shards_and_leaves_the_rest(tmp_path):
     """(Before: the 3 old shards stayed beside the 2 new, and the split could not be read.)"""
     cityscapes_tree(tmp_path / "png", n=4)
