@@ -110,6 +110,8 @@ def rows(args):
     if args.cpu:  # and one norm row
         norms = [r for r in out if "=" in r[1]][-1:]
         out = [r for r in out if r[:2] in CPU_ROWS] + norms
+    if args.rows:  # "SIZE:NAME" or "NAME" (every size), in the order given
+        out = [r for want in args.rows for r in out if want in (r[1], f"{r[0]}:{r[1]}")]
     return [(size, name, step.to_json(), layout) for size, name, step, layout in out]
 
 
@@ -117,9 +119,12 @@ def parity_specs(args):
     """[(spec, env)]: float64, float32 with TF32 off, float32 as TF runs it (on a GPU)."""
     size = dict(size=[33, 49], width_multiplier=0.125, middle_repeats=1) if args.cpu else dict(
         size=[129, 193], width_multiplier=0.5, middle_repeats=4)
-    specs = [({"dtype": "float64", **size}, {}),
-             ({"dtype": "float32", **size}, {"NVIDIA_TF32_OVERRIDE": "0"})]
-    return specs if args.cpu else specs + [({"dtype": "float32", **size}, {})]
+    specs = {"float64": ({"dtype": "float64", **size}, {}),
+             "float32_tf32_off": ({"dtype": "float32", **size}, {"NVIDIA_TF32_OVERRIDE": "0"}),
+             "float32": ({"dtype": "float32", **size}, {})}
+    names = args.parity if args.parity is not None else (
+        ["float64", "float32_tf32_off"] if args.cpu else list(specs))
+    return [specs[n] for n in names]
 
 
 def overhead():
@@ -160,6 +165,7 @@ def run(args, log=print):
     for spec, env in parity_specs(args):
         result = child("parity", spec, env)
         summary["parity"].append({**spec, **result})
+        save(args, summary, [], start)
         log(f"parity {spec['dtype']} {env or ''}: {result}", flush=True)
     table = [{"size": s, "name": n, "step": step, "layout_optimizer": layout, "runs": []}
              for s, n, step, layout in rows(args)]
@@ -182,19 +188,26 @@ def run(args, log=print):
                 row["error"] = result["error"]
             else:
                 row["runs"].append(result)
+            save(args, summary, table, start)  # a run cut short keeps what it measured
             shown = result.get("error") or (
                 f"{result['peak_over_base_bytes'] / gpu_table.MIB:,.0f} MiB over base, "
                 f"{result['step_seconds']:.3f} s")
             log(f"round {round_ + 1} {row['size']} {row['name']}: {shown}", flush=True)
+    return save(args, summary, table, start)
+
+
+def save(args, summary, table, start):
+    """Writes gpu.json and gpu.md from the rounds so far; the summary written."""
+    rows = []
     for row in table:
-        row["result"] = combine(row.pop("runs")) if row["runs"] else None
-        row["runs"] = [None] * (row["result"] or {}).get("processes", 0)
-        del row["step"]
-    summary["rows"] = table
-    steps = [r["result"] for r in table if r["result"]]
-    under = [r["outside_allocator_bytes"] for r in steps if r.get("outside_allocator_bytes")]
+        result = combine(row["runs"]) if row["runs"] else None
+        rows.append({**{k: v for k, v in row.items() if k not in ("runs", "step")},
+                     "result": result, "runs": [None] * len(row["runs"])})
+    summary = {**summary, "rows": rows, "overhead": dict(summary["overhead"]),
+               "minutes": (time.monotonic() - start) / 60}
+    under = [r["result"]["outside_allocator_bytes"] for r in rows
+             if r["result"] and r["result"].get("outside_allocator_bytes")]
     summary["overhead"]["under_step_bytes"] = max(under) if under else None
-    summary["minutes"] = (time.monotonic() - start) / 60
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "gpu.json"), "w") as f:
         json.dump(summary, f, indent=2)
@@ -227,6 +240,12 @@ def main(argv=None):
                         help="start no process that would end after this")
     parser.add_argument("--norm_setting", default="",
                         help="the setting choosing the batch-norm twin's form")
+    parser.add_argument("--rows", nargs="*", default=None,
+                        help="only these rows, in this order: NAME (every size) or SIZE:NAME, "
+                             "e.g. '1024x2048 b1:stock' memory_saving")
+    parser.add_argument("--parity", nargs="*", default=None,
+                        choices=("float64", "float32_tf32_off", "float32"),
+                        help="which parity checks (default: all three; --cpu: the first two)")
     parser.add_argument("--out_dir", default="gpu_benchmark")
     args = parser.parse_args(argv)
     args.timed_steps = args.timed_steps or (1 if args.cpu else 5)

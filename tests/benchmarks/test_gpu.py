@@ -60,3 +60,22 @@ def test_the_cpu_dry_run_runs_every_piece_and_writes_the_table(tmp_path):
     table = (tmp_path / "gpu.md").read_text()
     assert "| 513x513 b2 | memory_saving |" in table and "PaddlePaddle" in table
     assert "3,563 MiB" in table  # the CPU figure beside stock's row
+
+
+def test_rows_and_parity_choose_the_measurements_in_the_order_given():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import gpu
+
+    args = gpu.argparse.Namespace(cpu=False, rows=None, parity=None, timed_steps=5,
+                                  norm_setting="fused_norm")
+    every = [(size, name) for size, name, _, _ in gpu.rows(args)]
+    assert ("1024x2048 b1", "memory_saving_bf16") in every and len(every) == 13
+    args.rows = ["1024x2048 b1:recompute", "stock"]
+    chosen = [(size, name) for size, name, _, _ in gpu.rows(args)]
+    assert chosen == [("1024x2048 b1", "recompute"), ("513x513 b2", "stock"),
+                      ("1024x2048 b1", "stock")]
+    assert [s["dtype"] for s, _ in gpu.parity_specs(args)] == ["float64", "float32", "float32"]
+    args.parity = ["float32_tf32_off"]
+    assert gpu.parity_specs(args) == [({"dtype": "float32", "size": [129, 193],
+                                        "width_multiplier": 0.5, "middle_repeats": 4},
+                                       {"NVIDIA_TF32_OVERRIDE": "0"})]
