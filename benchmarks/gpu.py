@@ -1,6 +1,7 @@
 """tfseg on a GPU in one command: the figures no CPU can give.
 
-    python benchmarks/gpu.py                        # on a GPU: about 20-25 minutes on an H100
+    python benchmarks/gpu.py                        # on a GPU: --max_minutes (22) and one process
+    python benchmarks/gpu.py --rows '1024x2048 b1:stock' memory_saving --parity float64
     python benchmarks/gpu.py --cpu                  # every piece at tiny shapes on the CPU
 
 Measures, each in a fresh process:
@@ -41,6 +42,11 @@ CHILD = os.path.join(ROOT, "benchmarks", "gpu_child.py")
 # (label, height, width, batch): the GPU's sizes, and the dry run's stand-ins.
 SIZES = (("513x513 b2", 513, 513, 2), ("1024x2048 b1", 1024, 2048, 1))
 CPU_SIZES = (("513x513 b2", 33, 49, 2), ("1024x2048 b1", 33, 65, 1))
+# The network measured: DeepLabv3+ with the full aligned Xception-65 and 21 classes, as
+# benchmarks/memory.py measures it for docs/benchmarks.md's CPU column (tfseg's Config
+# default is the small synthetic model); the dry run's stand-in is tiny.
+MODEL = dict(num_classes=21, width_multiplier=1.0, middle_repeats=16)
+CPU_MODEL = dict(num_classes=21, width_multiplier=0.25, middle_repeats=1)
 VARIANT_ROWS = ("stock", "memory_saving", "recompute")
 # The dry run's rows: each kind of piece once (fp32 variants, layout off, bf16; and the
 # norm A/B's rows, named SETTING=VALUE).
@@ -86,11 +92,10 @@ def rows(args):
     from tfseg.models.xception import DEFAULT_RECOMPUTE
     from tfseg.profile.step import StepConfig
 
-    small = dict(width_multiplier=0.25, middle_repeats=1) if args.cpu else {}
     out = []
     for label, height, width, batch in (CPU_SIZES if args.cpu else SIZES):
-        base = StepConfig.of(num_classes=19, height=height, width=width, batch=batch,
-                             timed_steps=args.timed_steps, **small)
+        base = StepConfig.of(height=height, width=width, batch=batch,
+                             timed_steps=args.timed_steps, **(CPU_MODEL if args.cpu else MODEL))
         steps = {"stock": base, "memory_saving": base.replace(variant="memory_saving"),
                  "recompute": base.replace(variant="recompute",
                                            recompute_blocks=tuple(DEFAULT_RECOMPUTE))}
@@ -160,6 +165,9 @@ def run(args, log=print):
     summary = {"benchmark": "gpu", "card": name, "dry_run": args.cpu,
                "date": datetime.date.today().isoformat(),
                "command": "python benchmarks/gpu.py " + " ".join(sys.argv[1:]),
+               "model": "DeepLabv3+ Xception-65, width {width_multiplier}, {middle_repeats} "
+                        "middle-flow units, {num_classes} classes".format(
+                            **(CPU_MODEL if args.cpu else MODEL)),
                "overhead": overhead(), "parity": [], "rows": [], "skipped": skipped}
     log(f"{name}: device overhead {summary['overhead']}", flush=True)
     for spec, env in parity_specs(args):

@@ -56,7 +56,7 @@ def row_line(row, stock):
 def markdown(summary):
     """The whole markdown page of one run: steps, parity, overhead, what was skipped."""
     lines = [f"## {summary['card']} ({summary['date']}, {summary['minutes']:.1f} min)", "",
-             f"`{summary['command']}`", "",
+             f"`{summary['command']}`", "", f"Model: {summary['model']}.", "",
              "| size | row | base MiB | peak over base MiB | total GB | x stock | step s | "
              "x stock | GPU util % | processes | CPU figure (docs/benchmarks.md) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

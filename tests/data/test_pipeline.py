@@ -186,6 +186,7 @@ def test_distribute_fetches_each_replicas_share_to_its_device(placements):
     assert [d for d, _, _ in images + labels] == ["CPU:0"] * 4
 
 
+@pytest.mark.slow  # a dispatcher and a worker in-process: 26 s in CI
 def test_data_service_elements_equal_local(synthetic_root):
     service = tf.data.experimental.service
     dispatcher = service.DispatchServer(service.DispatcherConfig(port=0))
