@@ -96,10 +96,17 @@ def predict(config=None, *, log=print, **overrides):
 
     Example:
         tfseg.predict(model_dir="runs/try", input_path="photo.png", output_dir="out")
+        tfseg.predict(model_dir="runs/try", model_path="runs/try/export/model.tflite",
+                      input_path="photo.png", output_dir="out_tflite")
     """
     from tfseg.evaluation import predict as prediction
 
-    return prediction.predict(config_of(config, **overrides), log=log)
+    config = config_of(config, **overrides)
+    classify = None
+    if config.run.model_path:  # an exported model: deploy sits above evaluation
+        from tfseg.deploy import open_model
+        classify = open_model(config.run.model_path)
+    return prediction.predict(config, log=log, classify=classify)
 
 
 def export(config=None, *, log=print, **overrides):

@@ -143,3 +143,53 @@ def test_export_refuses_an_unknown_format_in_one_line(trained, tmp_path):
     assert proc.stderr.strip().splitlines()[-1] == (
         "tfseg: error: --export_format: must be one of saved_model, keras, tflite, onnx, got "
         "'tflit' (did you mean tflite?)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", ["saved_model", "model.onnx", "model.tflite"])
+def test_predict_runs_an_exported_model_with_the_runs_classes(trained, exported, entry,
+                                                              tmp_path):
+    """predict --model_path writes, per image, the exported model's class ids: the Keras
+    model's at the image's size (the .tflite: resized to its input size and back)."""
+    import tfseg
+    from tfseg.deploy.serving import resized
+
+    if entry == "model.onnx" and importlib.util.find_spec("onnxruntime") is None:
+        pytest.skip('the export extra is not installed: pip install "tfseg[export]"')
+    data_dir, model_dir = trained
+    folder, model = exported
+    images = tmp_path / "images"
+    images.mkdir()
+    inputs = {"export_size": _images(data_dir, SIZE)[1], "val_size": _images(data_dir, (64, 96))[2]}
+    for name, image in inputs.items():
+        Image.fromarray(image[0]).save(images / f"{name}.png")
+    written = tfseg.predict(mode="predict", dataset="cityscapes", model_dir=str(model_dir),
+                            model_path=str(folder / entry), input_path=str(images),
+                            output_dir=str(tmp_path / "out"), output_format="train_ids",
+                            log=lambda *a: None)
+    assert sorted(os.path.basename(p) for p in written) == ["export_size_label.png",
+                                                            "val_size_label.png"]
+    for name, image in inputs.items():
+        with Image.open(tmp_path / "out" / f"{name}_label.png") as png:
+            got = np.asarray(png)
+        want = _keras(model, image)[0][0]
+        if entry == "model.tflite" and name == "val_size":
+            want = _keras(model, resized(image, SIZE))[0]
+            want = tf.image.resize(want[..., None], image.shape[1:3], "nearest")[0, ..., 0]
+        assert got.shape == image.shape[1:3]
+        assert np.mean(got == np.asarray(want)) >= 0.999, (entry, name)
+
+
+def test_predict_refuses_a_model_path_it_cannot_run_in_one_line(trained, tmp_path):
+    image = tmp_path / "a.png"
+    Image.fromarray(np.zeros((33, 49, 3), np.uint8)).save(image)
+    for path, message in ((tmp_path / "missing.tflite", "no such file or folder"),
+                          (image, "is not an exported model predict runs: onnx, saved_model, tflite"),
+                          (tmp_path, "is not an exported model predict runs")):
+        proc = run_main("--mode=predict", f"--model_dir={trained[1]}", f"--model_path={path}",
+                        f"--input_path={image}", f"--output_dir={tmp_path / 'out'}",
+                        check=False)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert lines[0].startswith("tfseg: error: --model_path: ") and message in lines[0]
+        assert str(path) in lines[0] and not (tmp_path / "out").exists()

@@ -62,6 +62,10 @@ class Run:
         "--model_dir wins: that is a resume. eval/predict/export: the model to use when "
         "--model_dir has none.")
     input_path: str = setting("", "predict: an image file or a folder of images.")
+    model_path: str = setting(
+        "", "predict: run this exported model (a model.tflite, a model.onnx or a SavedModel "
+        "folder) instead of --model_dir's checkpoint; the class names and colours still "
+        "come from --model_dir's config.json.")
     output_dir: str = setting("", "predict: output folder (default: MODEL_DIR/predictions).")
     output_format: str = setting(
         "colour", "predict: colour (NAME_label.png in palette colours and NAME_overlay.png), "

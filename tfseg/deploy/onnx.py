@@ -13,8 +13,8 @@ Example::
 import os
 import re
 
-from tfseg.deploy.registry import register
-from tfseg.deploy.serving import INPUT, converter_failed, serving_function
+from tfseg.deploy.registry import register, runner
+from tfseg.deploy.serving import CLASSES, INPUT, converter_failed, serving_function
 
 ONNX_FILE = "model.onnx"
 OPSET = 13
@@ -51,3 +51,13 @@ def write(model, folder, request):
     convert(model, request, os.path.join(folder, ONNX_FILE))
     return (f"{ONNX_FILE} (opset {OPSET}; input {INPUT}: uint8 [1,height,width,3] -> "
             f"{request.outputs()})")
+
+
+@runner("onnx", accepts=lambda path: path.endswith(".onnx") and os.path.isfile(path),
+        needs=("onnxruntime",))
+def open_file(path):
+    """Class ids by onnxruntime on the CPU, at the image's size."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return lambda image: session.run([CLASSES], {INPUT: image})[0]

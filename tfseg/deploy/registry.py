@@ -13,7 +13,8 @@ Example::
 
 import dataclasses
 import importlib.util
-from typing import Callable, Tuple
+import os
+from typing import Callable, Optional, Tuple
 
 from tfseg.errors import InputError
 
@@ -32,12 +33,20 @@ class Exporter:
       write: ``write(model, folder, request) -> str``: writes ``entries`` into
         ``folder`` and returns one phrase saying what they take and give.
       needs: modules it imports that the base install lacks (the ``export`` extra).
+      accepts: ``accepts(path) -> bool``: is ``path`` a file or folder of this format
+        (``predict --model_path``); None for a format predict does not run.
+      open: ``open(path) -> classify``, ``classify(uint8 [1, H, W, 3]) -> int32 class
+        ids [1, H, W]`` (numpy), at the image's own size.
+      open_needs: modules ``open`` imports that the base install lacks.
     """
 
     name: str
     entries: Tuple[str, ...]
     write: Callable
     needs: Tuple[str, ...] = ()
+    accepts: Optional[Callable] = None
+    open: Optional[Callable] = None
+    open_needs: Tuple[str, ...] = ()
 
     def require(self):
         """Refuses in one line, before any work, a format whose converter is missing."""
@@ -56,6 +65,42 @@ def register(name, entries, needs=()):
         EXPORTERS[name] = Exporter(name, tuple(entries), write, tuple(needs))
         return write
     return decorate
+
+
+def runner(name, accepts, needs=()):
+    """Decorator: registers ``open`` as the way ``predict --model_path`` runs a file of
+    format ``name`` (registered before), ``accepts(path)`` recognising one."""
+    def decorate(open_):
+        EXPORTERS[name] = dataclasses.replace(EXPORTERS[name], accepts=accepts, open=open_,
+                                              open_needs=tuple(needs))
+        return open_
+    return decorate
+
+
+def open_model(path):
+    """``classify(uint8 [1, H, W, 3]) -> int32 [1, H, W]`` of the exported model at ``path``.
+
+    Raises:
+      InputError: ``path`` is missing, of no format predict runs, needs a missing
+        runtime (names the extra), or cannot be read by its runtime (one line).
+    """
+    if not os.path.exists(path):
+        raise InputError(f"--model_path: no such file or folder: {path}")
+    runs = [e for e in EXPORTERS.values() if e.open is not None]
+    for exporter in runs:
+        if exporter.accepts(path):
+            missing = [m for m in exporter.open_needs if importlib.util.find_spec(m) is None]
+            if missing:
+                raise InputError(f"--model_path: running {path} needs {', '.join(missing)}, "
+                                 f"which is not installed: {EXTRA}")
+            try:
+                return exporter.open(path)
+            except Exception as error:  # each runtime raises its own types
+                first = (str(error).strip().splitlines() or [repr(error)])[0]
+                raise InputError(f"--model_path: {path} could not be read as "
+                                 f"{exporter.name}: {first[:300]}") from None
+    raise InputError(f"--model_path: {path} is not an exported model predict runs: "
+                     f"{', '.join(e.name for e in runs)} (docs/export.md)")
 
 
 def all_entries():

@@ -3,14 +3,12 @@ into ``--export_dir``."""
 
 import os
 
-import tensorflow as tf
-
 from tfseg import data as data_lib
 from tfseg.data.outputs import replaced_folder, require_replaceable
 from tfseg.evaluation.evaluate import eval_data
 from tfseg.evaluation.loading import load_model
 from tfseg.deploy.registry import EXPORTERS, all_entries
-from tfseg.deploy.serving import Request
+from tfseg.deploy.serving import Request, resized
 
 
 def calibration_images(config, size, count):
@@ -20,8 +18,7 @@ def calibration_images(config, size, count):
         split = config.replace(eval_split=config.data.train_split)
         dataset = data_lib.build_dataset(eval_data(split), training=False).take(count)
         for image, _ in dataset:
-            resized = tf.image.resize(tf.cast(image, tf.float32), size, "bilinear")
-            yield tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8).numpy()
+            yield resized(image, size)
     return images
 
 

@@ -4,8 +4,8 @@ import os
 
 import tensorflow as tf
 
-from tfseg.deploy.registry import register
-from tfseg.deploy.serving import INPUT, serving_function
+from tfseg.deploy.registry import register, runner
+from tfseg.deploy.serving import CLASSES, INPUT, serving_function
 
 SAVED_MODEL = "saved_model"
 
@@ -33,3 +33,10 @@ def write(model, folder, request):
                         signatures={"serving_default": module.serve})
     return (f"{SAVED_MODEL} (signature serving_default: uint8 {INPUT} [1,H,W,3] -> "
             f"{request.outputs()})")
+
+
+@runner("saved_model", accepts=lambda path: os.path.isfile(os.path.join(path, "saved_model.pb")))
+def open_folder(path):
+    """Class ids by the folder's ``serving_default`` signature, at the image's size."""
+    served = tf.saved_model.load(path).signatures["serving_default"]
+    return lambda image: served(**{INPUT: tf.constant(image)})[CLASSES].numpy()

@@ -80,6 +80,13 @@ def frozen_function(model, shape, logits=False):
     return serve
 
 
+def resized(image, size):
+    """uint8 [1, H, W, 3] ``image`` resized to ``size`` (bilinear, rounded), as a client
+    of a fixed-size format does before sending it."""
+    scaled = tf.image.resize(tf.cast(image, tf.float32), size, "bilinear")
+    return tf.cast(tf.clip_by_value(tf.round(scaled), 0, 255), tf.uint8).numpy()
+
+
 def converter_failed(name, error):
     """The one-line InputError of a converter's ``error``: the format, the op it names
     (TF's 'tf.Op' / tf2onnx's 'No Op registered for Op'), and the line that names it

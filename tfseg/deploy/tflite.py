@@ -15,8 +15,8 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from tfseg.deploy.registry import register
-from tfseg.deploy.serving import INPUT, converter_failed, frozen_function
+from tfseg.deploy.registry import register, runner
+from tfseg.deploy.serving import CLASSES, INPUT, converter_failed, frozen_function, resized
 
 TFLITE_FILE = "model.tflite"
 
@@ -62,3 +62,17 @@ def write(model, folder, request):
     weights = request.quantization if request.quantization != "none" else "float32"
     return (f"{TFLITE_FILE} ({weights}; signature serving_default: uint8 {INPUT} "
             f"[1,{height},{width},3] -> {request.outputs()})")
+
+
+@runner("tflite", accepts=lambda path: path.endswith(".tflite") and os.path.isfile(path))
+def open_file(path):
+    """Class ids at the image's size: resized to the file's input size (bilinear), run,
+    and the class map resized back (nearest), as docs/export.md tells a client to."""
+    signature = tf.lite.Interpreter(model_path=path).get_signature_runner()
+    size = tuple(int(n) for n in signature.get_input_details()[INPUT]["shape"][1:3])
+
+    def classify(image):
+        classes = signature(**{INPUT: resized(image, size)})[CLASSES]
+        back = tf.image.resize(classes[..., None], image.shape[1:3], "nearest")
+        return back[..., 0].numpy().astype(np.int32)
+    return classify

@@ -63,6 +63,12 @@ def classes(config, saved):
     return Classes(tuple(source.class_names), np.asarray(source.palette, np.uint8))
 
 
+def run_classes(config):
+    """The ``Classes`` of the run in ``--model_dir`` (its config.json), else of the data
+    set, without loading a model."""
+    return classes(config, files.load_config(config.run.model_dir))
+
+
 def num_classes(config):
     """The class count of the run in ``config.model_dir`` (its config.json), else of
     the data set's class list (``tfseg.data.class_names``): no images are read."""

@@ -27,7 +27,7 @@ from tfseg.evaluation.evaluate import inference_config
 from tfseg.evaluation.images import read_rgb
 from tfseg.evaluation.inference import Predictor
 from tfseg.evaluation.legend import with_legend
-from tfseg.evaluation.loading import load_model
+from tfseg.evaluation.loading import load_model, run_classes
 from tfseg.runtime.summaries import colourise
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp")
@@ -116,8 +116,13 @@ def _read(path, skip, skipped, log):
         return None
 
 
-def predict(config, log=print):
+def predict(config, log=print, classify=None):
     """Writes the label PNGs of ``config.run.output_format`` (see the module) per input image.
+
+    ``classify``, when given, runs instead of the checkpoint in ``--model_dir``:
+    ``classify(uint8 [1, H, W, 3]) -> int32 class ids [1, H, W]``, an exported model
+    (``tfseg.deploy.open_model`` of ``--model_path``); the class names and colours
+    still come from ``--model_dir``'s config.json (else the data set's).
 
     Returns the list of written paths. Output goes to ``config.output_dir``
     (default ``MODEL_DIR/predictions``): built in a folder beside it and swapped in
@@ -128,7 +133,8 @@ def predict(config, log=print):
       InputError: no --input_path, an unreadable image (without --skip_bad_examples;
         with it, only when no image is readable), an output folder that is a
         file, is not empty (without --overwrite), holds other files than PNGs or an
-        input, or an --output_format the model's classes do not allow.
+        input, an --output_format the model's classes do not allow, or a ``classify``
+        giving a class the run does not have.
     """
     run = config.run
     if not run.input_path:
@@ -141,16 +147,26 @@ def predict(config, log=print):
     targets = _targets(paths, out_dir, run.output_format)
     skip = config.data.skip_bad_examples
     # The palette comes from the run's config.json: no data set needed.
-    model, classes, _, config, _ = load_model(config, log=log)
+    if classify is None:
+        model, classes, _, config, _ = load_model(config, log=log)
+        predictor = Predictor(model, inference_config(config))
+        classify = lambda image: predictor.classes(image).numpy()  # noqa: E731
+    else:
+        classes = run_classes(config)
+        log(f"running {run.model_path}, with the classes of {run.model_dir}")
     _require_format(run.output_format, classes)
-    predictor = Predictor(model, inference_config(config))
     written, skipped = [], []
     with replaced_folder(out_dir, "--output_dir") as new:
         for path, outputs in zip(paths, targets):
             rgb = _read(path, skip, skipped, log)
             if rgb is None:
                 continue
-            labels = predictor.classes(rgb[np.newaxis])[0].numpy()  # uint8 in: normalised inside
+            labels = np.asarray(classify(rgb[np.newaxis]))[0]  # uint8 in: normalised inside
+            if labels.max() >= classes.num_classes:
+                raise InputError(f"--model_path: {run.model_path} gives class "
+                                 f"{labels.max()}, and {run.model_dir}'s run has "
+                                 f"{classes.num_classes} classes; give the run it was "
+                                 f"exported from as --model_dir")
             for target, pixels in zip(outputs, _outputs(run.output_format, rgb, labels,
                                                         classes)):
                 Image.fromarray(pixels).save(os.path.join(new, os.path.basename(target)))
