@@ -52,11 +52,11 @@ def test_a_report_replaces_its_files_together_and_leaves_the_folders_others(tmp_
     (tmp_path / "notes.txt").write_text("mine")
     render.write(_report(400), str(tmp_path))
     assert sorted(os.listdir(tmp_path)) == ["frontier.png", "notes.txt", "parts.png",
-                                            "report.json", "report.md"]
+                                            "parts_stacked.png", "report.json", "report.md"]
     render.write(_report(300, frontier=False), str(tmp_path))
     # The older report's frontier chart is not left beside a report without one.
-    assert sorted(os.listdir(tmp_path)) == ["notes.txt", "parts.png", "report.json",
-                                            "report.md"]
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt", "parts.png", "parts_stacked.png",
+                                            "report.json", "report.md"]
     assert json.loads((tmp_path / "report.json").read_text())["variants"]["stock"][
         "measured_peak_bytes"] == 300 * MIB
     assert (tmp_path / "notes.txt").read_text() == "mine"

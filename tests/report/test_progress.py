@@ -171,4 +171,5 @@ def test_a_sigterm_while_verifying_writes_the_report_so_far_marked_partial(tmp_p
     assert "stock" in result["variants"] and result["frontier"]["points"]
     assert result["max_sizes"]["variants"]["stock"]["sizes_measured"] is False
     assert "Partial report" in (out / "report.md").read_text()
-    assert sorted(os.listdir(out)) == ["frontier.png", "parts.png", "report.json", "report.md"]
+    assert sorted(os.listdir(out)) == ["frontier.png", "parts.png", "parts_stacked.png",
+                                       "report.json", "report.md"]

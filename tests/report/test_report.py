@@ -115,10 +115,11 @@ def test_main_report_writes_its_files_and_measures_the_saving(tmp_path):
     assert_estimates_agree(result["variants"])
     # report.md holds the table printed on stdout, and the chart it links is a PNG.
     markdown = (out / "report.md").read_text()
-    assert render.table(result) in markdown and "![parts](parts.png)" in markdown
+    assert markdown == render.markdown(result) and "(parts_stacked.png)" in markdown
     assert render.table(result) in proc.stdout
-    with Image.open(out / "parts.png") as chart:
-        assert chart.format == "PNG"
+    for name in ("parts.png", "parts_stacked.png"):
+        with Image.open(out / name) as chart:
+            assert chart.format == "PNG"
 
 
 @pytest.mark.slow

@@ -116,7 +116,7 @@ def run_report(config):
         exit_if_stopped(finished=False)
     print(report.render.table(result))
     partial = " (partial: stopped)" if result.get("partial") else ""
-    print(f"wrote {out_dir}/report.json, report.md, parts.png{partial}", flush=True)
+    print(f"wrote {out_dir}/report.json, report.md, parts.png, parts_stacked.png{partial}", flush=True)
     # Stopped: what was measured is written, the rest is not: the shell's 128 + signal.
     exit_if_stopped(finished=False)
 

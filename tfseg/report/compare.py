@@ -141,7 +141,7 @@ def run(config, log=print, stop=None):
         under way is killed, and what was measured is written, marked partial (nothing
         is, before the first variant is measured: `Stopped` is raised).
 
-    Returns the report dict; writes report.json, report.md and parts.png to
+    Returns the report dict; writes report.json, report.md, parts.png and parts_stacked.png to
     `config.out_dir`. A report stopped early has "partial": {"signal": ..., "missing":
     [what it did not get to]}; with a budget, "time_bound_reached" says whether the
     time bound left sizes unmeasured (their rows have "sizes_measured": false).

@@ -34,7 +34,7 @@ class ReportConfig:
       max_minutes: the report's time bound (None: none): no verification run starts
         that would end after this many minutes from the report's start; the sizes it
         would have measured are reported as estimates (`sizes_measured`: false).
-      out_dir: where report.json, report.md and parts.png go.
+      out_dir: where report.json, report.md and the charts go.
     """
 
     step: StepConfig = StepConfig()

@@ -4,6 +4,7 @@ import json
 import math
 
 from tfseg.data.outputs import staged
+from tfseg.report import document
 
 MIB = 2**20
 # The static model replays TF's executor and allocator, not XLA's scheduler and buffer
@@ -11,7 +12,7 @@ MIB = 2**20
 # tfseg/layers/inplace_norm.py).
 XLA_CAVEAT = ("(jit_compile: the measured rows are XLA's; the static estimate and the "
               "breakdown model TF's executor running the same step without XLA)")
-PARTS = ("entry_flow", "middle_flow", "exit_flow", "aspp", "decoder", "loss_and_other")
+PARTS = document.PARTS
 
 
 def _mib(value):
@@ -152,38 +153,62 @@ def caveats(report):
 
 
 def markdown(report):
-    lines = ["# tfseg memory report", "", f"Configuration: `{json.dumps(report['config'])}`", "",
-             "```", table(report), "```", "",
-             "Measured: the peak over the post-warm-up base of a training step, from the "
-             "allocator: the median over fresh processes of each one's median step "
-             "(max: the largest step seen), each variant in its own processes "
-             "(tfseg/profile/measure.py). Static: the traced step replayed on a model of TF's "
-             "executor and allocator; kept: the forward tensors the backward pass reads, by the "
-             "part whose layer made them (tfseg/profile/analysis.py).", "", "![parts](parts.png)", ""]
-    if report.get("frontier"):
-        lines += ["![training plans](frontier.png)", ""]
-    lines[2:2] = [text for line in caveats(report) for text in (line, "")]
-    return "\n".join(lines)
+    """report.md (`tfseg.report.document`), opening with the caveats of a stopped or
+    time-bounded report."""
+    notes = [f"{name} did not run: {error}" for name, error in (report.get("failed") or {}).items()]
+    if report["config"].get("jit_compile"):
+        notes.append(XLA_CAVEAT.strip("()"))
+    return document.markdown(report, caveats(report), notes)
+
+
+def _kept(report, name):
+    return [report["variants"][name]["kept_by_part_bytes"].get(p, 0) / MIB for p in PARTS]
 
 
 def chart(report, path):
+    """parts.png: each part's kept tensors, one bar per variant."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = list(report["variants"])
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
     width = 0.8 / max(1, len(names))
     for k, name in enumerate(names):
-        values = [report["variants"][name]["kept_by_part_bytes"].get(p, 0) / MIB for p in PARTS]
-        ax.bar([i + k * width for i in range(len(PARTS))], values, width, label=name)
+        ax.bar([i + k * width for i in range(len(PARTS))], _kept(report, name), width, label=name)
     ax.set_xticks([i + width * (len(names) - 1) / 2 for i in range(len(PARTS))], PARTS, rotation=20)
+    ax.set_xlabel("part of the model")
     ax.set_ylabel("kept for backward (MiB)")
-    ax.set_title("Where training memory goes, by part")
+    ax.set_title(f"Kept for backward, by part: {document.title(report)}", fontsize=10)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def stacked_chart(report, path):
+    """parts_stacked.png: one bar per variant, its kept tensors stacked by part."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(report["variants"])
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bottom = [0.0] * len(names)
+    for i, part in enumerate(PARTS):
+        values = [_kept(report, name)[i] for name in names]
+        ax.bar(names, values, 0.6, bottom=bottom, label=part)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    for x, total in enumerate(bottom):
+        ax.annotate(f"{total:,.0f} MiB", (x, total), ha="center", va="bottom", fontsize=8)
+    ax.set_xlabel("variant")
+    ax.set_ylabel("kept for backward (MiB)")
+    ax.set_title(f"Kept for backward, stacked by part: {document.title(report)}", fontsize=10)
+    ax.legend(fontsize=8, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
@@ -207,6 +232,7 @@ def write(report, out_dir):
         with open(stage.path("report.md"), "w") as f:
             f.write(markdown(report))
         chart(report, stage.path("parts.png"))
+        stacked_chart(report, stage.path("parts_stacked.png"))
         if report.get("frontier"):
             frontier_chart(report["frontier"], stage.path("frontier.png"))
         else:

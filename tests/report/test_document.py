@@ -1,0 +1,78 @@
+"""report.md as a document (tfseg/report/document.py): the configuration summary, real
+markdown tables with units in their headers, a sentence under each, the words explained."""
+
+import re
+
+from tests.report.test_outputs import _report
+from tfseg.report import document, render
+
+
+def _tables(text):
+    """{section title: [header cells]} of each markdown table, by the ## above it."""
+    tables, section = {}, None
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("## "):
+            section = line[3:]
+        elif line.startswith("| ") and i + 1 < len(lines) and lines[i + 1].startswith("| ---"):
+            tables[section] = [c.strip() for c in line.strip("|").split("|")]
+    return tables
+
+
+def test_the_report_opens_with_its_configuration_and_names_it_in_the_title():
+    report = _report(400)
+    report["config"].update(batch=2, backbone="xception65", width_multiplier=1.0,
+                            middle_repeats=16, output_stride=16, norm="batch",
+                            dtype_policy="mixed_bfloat16")
+    text = render.markdown(report)
+    assert text.startswith("# Memory report: DeepLabv3+ (xception65), 64x64, batch 2, "
+                           "mixed_bfloat16\n")
+    for row in ("| crop (pixels) | 64 x 64 |", "| batch (images) | 2 |",
+                "| backbone | xception65 (width 1.0, 16 middle units) |",
+                "| output stride | 16 |", "| normalisation | batch |",
+                "| dtype policy | mixed_bfloat16 |", "| device | CPU:0 |"):
+        assert row in text, row
+    assert "`report.json`" in text
+
+
+def test_every_table_has_units_in_its_headers_and_a_sentence_under_it():
+    text = render.markdown(_report(400))
+    tables = _tables(text)
+    assert set(tables) >= {"Configuration", "Peak memory of one training step",
+                           "What each variant holds", "Kept for backward, by part of the model",
+                           "Alive at the estimated peak, by part", "Training plans, fastest first"}
+    names = {"variant", "part", "setting", "value", "plan", "fits", "x stock",
+             "estimate / measured"}
+    for section, header in tables.items():
+        for cell in header:
+            assert cell in names or re.search(r"\((MiB|%|s|images|pixels|x memory saving)\)$",
+                                               cell), (section, cell)
+    # Under each table, after one blank line, a sentence.
+    blocks = re.findall(r"\|\n\n([^|\n!#][^\n]*)", text)
+    assert len(blocks) >= len(tables) and all(b.endswith(".") or b.endswith(")") for b in blocks)
+
+
+def test_the_parts_tables_give_each_variants_mib_and_share():
+    text = render.markdown(_report(600))
+    row = next(line for line in text.splitlines() if line.startswith("| aspp |"))
+    # _report spreads each variant's kept bytes evenly over the six parts.
+    assert row == "| aspp | 100.0 | 16.7 | 50.0 | 16.7 |"
+
+
+def test_the_words_are_explained_and_both_charts_linked():
+    text = render.markdown(_report(400))
+    for word in ("**Kept for backward**", "**Alive at the peak**", "**loss_and_other**",
+                 "**Peak over base**"):
+        assert word in text
+    assert "(parts.png)" in text and "(parts_stacked.png)" in text
+    assert text.count("## The words these tables use") == 1
+
+
+def test_a_failed_variant_and_xla_are_noted_under_the_peaks():
+    report = _report(400)
+    report["failed"] = {"keras_remat_full": "custom_gradient: keywords"}
+    report["config"]["jit_compile"] = True
+    text = render.markdown(report)
+    assert "- keras_remat_full did not run: custom_gradient: keywords" in text
+    assert "jit_compile: the measured rows are XLA's" in text
+    assert document.title(report) in text

@@ -1,0 +1,173 @@
+"""report.md: the memory report as a document (the stdout table is `render.table`).
+
+A configuration summary, then markdown tables with units in every header, each with a
+sentence saying what it measures, and the words the tables use explained once.
+"""
+
+MIB = 2**20
+PARTS = ("entry_flow", "middle_flow", "exit_flow", "aspp", "decoder", "loss_and_other")
+
+WORDS = [
+    "**Kept for backward**: the forward tensors the backward pass reads (a layer's input "
+    "or output that its gradient needs). They are made during the forward pass and all "
+    "alive when the backward pass starts; the memory-saving twins keep fewer of them.",
+    "**Alive at the peak**: every buffer the allocator holds at the step's highest point "
+    "(estimated): the kept tensors not yet consumed, the gradients computed so far and "
+    "the backward pass's temporaries, each counted to the part whose layer made it; "
+    "\"allocator\" is its rounding and reuse.",
+    "**loss_and_other**: tensors no part of the model made: the input batch and its "
+    "normalisation, the logits' resize to the labels, the loss and its gradient, weight "
+    "decay and the optimizer's update.",
+    "**Peak over base**: what one training step adds to what the process held before it "
+    "(the weights and optimizer slots), as the allocator measures it.",
+]
+
+
+def _mib(value, digits=0):
+    return "-" if value is None else f"{value / MIB:,.{digits}f}"
+
+
+def _table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    return lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+
+
+def title(report):
+    """"DeepLabv3+ (xception65), 513x513, batch 2, float32": the configuration in a line."""
+    c = report["config"]
+    return (f"DeepLabv3+ ({c.get('backbone', 'xception65')}), {c['height']}x{c['width']}, "
+            f"batch {c.get('batch', '?')}, {c.get('dtype_policy', 'float32')}")
+
+
+def configuration(report):
+    """The settings that matter for memory, as a table."""
+    c = report["config"]
+    backbone = c.get("backbone", "xception65")
+    if backbone == "xception65":
+        backbone += f" (width {c.get('width_multiplier')}, {c.get('middle_repeats')} middle units)"
+    overhead = report.get("device_overhead") or {}
+    device = report.get("device", "?")
+    if overhead.get("overhead_bytes") is not None:
+        device += (f" (device overhead {_mib(overhead['overhead_bytes'])} MiB: "
+                   f"{overhead['overhead_source']})")
+    recomputed = {n: v["recompute_blocks"] for n, v in report["variants"].items()
+                  if v.get("recompute_blocks")}
+    rows = [("crop (pixels)", f"{c['height']} x {c['width']}"),
+            ("batch (images)", c.get("batch", "?")),
+            ("backbone", backbone),
+            ("output stride", c.get("output_stride", "?")),
+            ("normalisation", c.get("norm", "?")),
+            ("dtype policy", c.get("dtype_policy", "float32")),
+            ("XLA (jit_compile)", "on" if c.get("jit_compile") else "off"),
+            ("device", device),
+            ("variants", ", ".join(report["variants"]))]
+    rows += [(f"{name} recomputes", ", ".join(blocks)) for name, blocks in recomputed.items()]
+    return (_table(("setting", "value"), rows)
+            + ["", "Every setting, by its flag name: `report.json` (\"config\")."])
+
+
+def peaks(report):
+    variants = report["variants"]
+    repeats = sorted({len(v["measured_peak_by_process_bytes"]) for v in variants.values()})
+    rows = [(name, _mib(v["measured_peak_bytes"]), _mib(v["measured_peak_max_bytes"]),
+             "-" if v["ratio_to_stock"] is None else f"{v['ratio_to_stock']:.2f}",
+             _mib(v["static_estimate_bytes"]), f"{v['estimate_ratio']:.2f}",
+             f"{v['step_seconds']:.2f}") for name, v in variants.items()]
+    header = ("variant", "peak over base (MiB)", "largest step (MiB)", "x stock",
+              "static estimate (MiB)", "estimate / measured", "step time (s)")
+    return _table(header, rows) + [
+        "", f"The allocator's peak during one training step over its base: the median over "
+        f"{'/'.join(map(str, repeats))} fresh processes of each one's median step (largest: "
+        f"the largest step seen); the static estimate replays the traced step on a model of "
+        f"TensorFlow's executor and allocator, without running it."]
+
+
+def holdings(report):
+    rows = []
+    for name, v in report["variants"].items():
+        a = v["accounted"]
+        rows.append((name, _mib(a["parameter_bytes"], 1), _mib(a["gradient_bytes"], 1),
+                     _mib(a["optimizer_slot_bytes"], 1), _mib(a["activation_bytes"]),
+                     _mib(a["per_sample_activation_bytes"])))
+    header = ("variant", "weights (MiB)", "gradients (MiB)", "optimizer slots (MiB)",
+              "kept for backward (MiB)", "kept per image (MiB)")
+    return _table(header, rows) + [
+        "", "What each variant holds for one step, from the traced step: the weights and "
+        "optimizer slots exist before it (the base), the gradients and the kept tensors "
+        "during it."]
+
+
+def by_part(report, key, parts, sentence):
+    variants = report["variants"]
+    totals = {n: max(1, sum(v[key].values())) for n, v in variants.items()}
+    header = ["part"] + [f"{n} ({unit})" for n in variants for unit in ("MiB", "%")]
+    rows = []
+    for part in parts:
+        cells = [part]
+        for name, v in variants.items():
+            size = v[key].get(part, 0)
+            cells += [_mib(size, 1), f"{100 * size / totals[name]:.1f}"]
+        rows.append(cells)
+    return _table(header, rows) + ["", sentence]
+
+
+def sizes(report):
+    found = report.get("max_sizes")
+    if not found:
+        return []
+    rows = []
+    for name, p in found["variants"].items():
+        check, crop = p.get("verified"), p.get("crop_verified")
+        measured = "; ".join(filter(None, [
+            check and f"batch {check['max_batch']} measured",
+            crop and f"crop {crop['max_square_crop']} measured"])) or (
+            "estimates" if not p.get("sizes_measured", True) else "-")
+        rows.append((name, p["max_batch"], p["max_square_crop"], measured))
+    header = ("variant", "largest batch (images)", "largest square crop at batch 1 (pixels)",
+              "verified")
+    return ["## Largest sizes under the budget", ""] + _table(header, rows) + [
+        "", f"The largest batch at this crop and the largest square crop at batch 1 whose "
+        f"total (base + peak) fits {found['budget_gb']} GB less the device overhead: the "
+        f"budget fit's prediction, and where verified, the measured runs (report.json).", ""]
+
+
+def plans(report):
+    frontier = report.get("frontier")
+    if not frontier:
+        return []
+    room = frontier["budget_bytes"] - frontier["overhead_bytes"]
+    rows = [(p["name"], _mib(p["predicted_bytes"]),
+             "-" if p["time_over_memory_saving"] is None else f"{p['time_over_memory_saving']:.2f}",
+             "yes (the training run's)" if p["name"] == frontier["fastest_fitting"] else (
+                 "yes" if p["predicted_bytes"] <= room else "no"))
+            for p in frontier["points"]]
+    header = ("plan", "estimated total (MiB)", "step time (x memory saving)", "fits")
+    return ["## Training plans, fastest first", ""] + _table(header, rows) + [
+        "", f"Each plan adds one recompute segment to the plan above; static estimates, "
+        f"against {_mib(room)} MiB (the budget less {_mib(frontier['overhead_bytes'])} MiB "
+        f"of device overhead).", "", "![training plans](frontier.png)", ""]
+
+
+def markdown(report, caveats=(), notes=()):
+    """The whole report.md of ``report`` (a `tfseg.report.run` result)."""
+    at_peak = PARTS + ("allocator",)
+    lines = [f"# Memory report: {title(report)}", ""]
+    for line in caveats:
+        lines += [line, ""]
+    lines += ["## Configuration", ""] + configuration(report) + [""]
+    lines += ["## Peak memory of one training step", ""] + peaks(report) + [""]
+    lines += [f"- {note}" for note in notes] + ([""] if notes else [])
+    lines += ["## What each variant holds", ""] + holdings(report) + [""]
+    lines += ["## Kept for backward, by part of the model", ""] + by_part(
+        report, "kept_by_part_bytes", PARTS,
+        "The forward tensors the backward pass reads, counted to the part whose layer made "
+        "them, in MiB and as a share of the variant's.") + [""]
+    lines += ["![kept for backward, by part](parts.png)",
+              "![kept for backward, stacked by part](parts_stacked.png)", ""]
+    lines += ["## Alive at the estimated peak, by part", ""] + by_part(
+        report, "peak_by_part_bytes", at_peak,
+        "The buffers alive at the static estimate's peak, counted to the part whose layer "
+        "made them.") + [""]
+    lines += sizes(report) + plans(report)
+    lines += ["## The words these tables use", ""] + [f"- {w}" for w in WORDS] + [""]
+    return "\n".join(lines)
