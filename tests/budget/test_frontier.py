@@ -76,7 +76,7 @@ def test_a_resumed_run_keeps_the_plan_saved_for_the_same_settings():
     assert saved_choice(config, saved, 0) == choice
     # Settings the plan does not depend on may change (a longer run); the others not.
     assert saved_choice(config.replace(train_steps=200, log_every=5), saved, 0) == choice
-    for change in ({"memory_budget_gb": 11.0}, {"crop_size": (65, 65)}, {"batch_size": 4},
+    for change in ({"memory_budget_gb": 11.0}, {"crop_size": (65, 65)}, {"batch_size": 2},
                    {"dtype_policy": "mixed_bfloat16"}, {"middle_repeats": 3},
                    {"backbone": "resnet50"}):
         assert saved_choice(config.replace(**change), saved, 0) is None, change

@@ -13,7 +13,7 @@ def test_data_flags_reach_the_training_data_config_only():
     train = builders.data_config(config, training=True)
     assert train.data_service == "grpc://localhost:5050"
     assert train.deterministic and train.skip_bad_examples
-    assert (train.root, train.scale_range, train.batch_size) == ("/data/x", (0.75, 1.5), 8)
+    assert (train.root, train.scale_range, train.batch_size) == ("/data/x", (0.75, 1.5), 4)
     # Evaluation reads every image once, in order, in-process.
     evaluation = builders.data_config(config, training=False)
     assert evaluation.data_service is None and evaluation.split == "val"

@@ -23,7 +23,7 @@ class Data:
     crop_size: Tuple[int, int] = setting(
         (128, 128), "Training crop HEIGHT,WIDTH (or one size); each a multiple of "
         "--output_stride or one more.", items=(int, 2))
-    batch_size: int = setting(8, "Global training batch (over all replicas).")
+    batch_size: int = setting(4, "Global training batch (over all replicas).")
     scale_range: Tuple[float, float] = setting((0.5, 2.0), "Random scale MIN,MAX.",
                                                items=(float, 2))
     jitter: bool = setting(False, "Photometric jitter.")
@@ -150,11 +150,11 @@ class Optim:
     micro-batches give the update of one batch of N x batch_size.
     """
 
-    train_steps: int = setting(1500, "Total training steps.")
-    learning_rate: float = setting(0.05, "Peak learning rate.")
+    train_steps: int = setting(2000, "Total training steps.")
+    learning_rate: float = setting(0.1, "Peak learning rate.")
     end_learning_rate: float = setting(0.0, "Learning rate at the last step.")
     lr_power: float = setting(0.9, "Poly decay power.")
-    warmup_steps: int = setting(50, "Linear warm-up steps.")
+    warmup_steps: int = setting(25, "Linear warm-up steps.")
     momentum: float = setting(0.9, "SGD momentum.")
     weight_decay: float = setting(4e-5, "Weight decay on conv kernels (not depthwise kernels, "
                                   "norms or biases).")
