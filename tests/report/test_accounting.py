@@ -66,3 +66,24 @@ def test_optimizer_state_is_what_the_optimizer_built(momentum):
         assert accounted["optimizer_slot_bytes"] < 64  # scalars only, no slot per weight
     assert accounted["total_bytes"] == (_nbytes(model.weights) + gradients + built
                                         + analysis["kept_bytes"])
+
+
+def test_the_peak_by_kind_sums_to_the_estimated_peak():
+    """The buffers alive at the simulated peak, by kind (kept for backward, gradients,
+    other, allocator), add up to the static estimate the report quotes."""
+    model = _tiny_model()
+    optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+    optimizer.build(model.trainable_variables)
+    counter = tf.Variable(0, dtype=tf.int64, trainable=False)
+    step = make_train_step(tf.distribute.get_strategy(), model, optimizer, PixelLoss(), counter)
+    rng = np.random.RandomState(0)
+    batch = (tf.constant(rng.randint(0, 256, (4, 8, 8, 3)), tf.uint8),
+             tf.constant(rng.randint(0, CLASSES, (4, 8, 8)), tf.int32))
+    step(batch)
+    analysis = step_breakdown(step, (batch,), model, lambda layer: "")
+    kinds = analysis["peak_by_kind"]
+    assert set(kinds) == {"kept_for_backward", "gradients", "other", "allocator"}
+    assert min(kinds.values()) >= 0
+    assert sum(kinds.values()) == analysis["estimated_peak_bytes"]
+    assert 0 < kinds["kept_for_backward"] <= analysis["kept_bytes"]
+    assert entry(_measured(analysis))["peak_by_kind_bytes"] == kinds

@@ -40,7 +40,8 @@ def test_every_table_has_units_in_its_headers_and_a_sentence_under_it():
     tables = _tables(text)
     assert set(tables) >= {"Configuration", "Peak memory of one training step",
                            "What each variant holds", "Kept for backward, by part of the model",
-                           "Alive at the estimated peak, by part", "Training plans, fastest first"}
+                           "Alive at the estimated peak, by part", "Training plans, fastest first",
+                           "What the peak is made of"}
     names = {"variant", "part", "setting", "value", "plan", "fits", "x stock",
              "estimate / measured"}
     for section, header in tables.items():
@@ -76,3 +77,12 @@ def test_a_failed_variant_and_xla_are_noted_under_the_peaks():
     assert "- keras_remat_full did not run: custom_gradient: keywords" in text
     assert "jit_compile: the measured rows are XLA's" in text
     assert document.title(report) in text
+
+
+def test_each_peak_is_decomposed_and_its_kinds_sum_to_the_estimate():
+    text = render.markdown(_report(400))
+    row = next(line for line in text.splitlines() if line.startswith("| stock | 1 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # weights 1, slots 1; kept 200, gradients 1, other 199, allocator 0; estimated 1 + 1 +
+    # 400; measured 3 (base) + 400.
+    assert cells == ["stock", "1", "1", "200", "1", "199", "0", "402", "403", "1.00"]

@@ -34,6 +34,10 @@ def _report(peak_mib, frontier=True):
                               "per_sample_activation_bytes": peak * MIB // 8},
                 "breakdown_percent": {p: 100 / len(PARTS) for p in PARTS},
                 "peak_by_part_bytes": {p: peak * MIB // len(PARTS) for p in PARTS},
+                "peak_by_kind_bytes": {"kept_for_backward": peak * MIB // 2,
+                                       "gradients": MIB, "other": peak * MIB // 2 - MIB,
+                                       "allocator": 0},
+                "base_bytes": 3 * MIB,
                 "kept_by_part_bytes": {p: peak * MIB // len(PARTS) for p in PARTS}}
 
     report = {"config": {"jit_compile": False, "height": 64, "width": 64}, "device": "CPU:0",

@@ -26,7 +26,8 @@ VARIANT_FIELDS = {"recompute_blocks", "measured_peak_bytes", "measured_peak_by_s
                   "measured_peak_max_bytes", "measured_peak_by_process_bytes",
                   "step_seconds", "static_estimate_bytes", "estimate_ratio", "ratio_to_stock",
                   "static_estimate_by_batch_bytes", "kept_by_part_bytes", "breakdown_percent",
-                  "peak_by_part_bytes", "peak_op", "simulated_threads", "wall_seconds",
+                  "peak_by_part_bytes", "peak_by_kind_bytes", "peak_op", "simulated_threads",
+                  "wall_seconds",
                   "accounted"}
 SIZE_FIELDS = {"max_batch", "max_square_crop", "per_sample_bytes", "fixed_bytes", "slope_from",
                "predicted_total_bytes", "verified", "crop_verified", "verification_runs",

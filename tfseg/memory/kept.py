@@ -49,12 +49,13 @@ def live_ops(graph):
 
 @dataclasses.dataclass(frozen=True)
 class KeptTensor:
-    """A forward buffer the backward pass reads: its size, the op that made it, and
-    the model layer whose name scope that op is in ("" when none is)."""
+    """A forward buffer the backward pass reads: its size, the op that made it, the
+    model layer whose name scope that op is in ("" when none is), and its tensor's name."""
 
     bytes: int
     op: str
     layer: str
+    tensor: str = ""
 
 
 def layer_of(op_name, layer_names):
@@ -105,7 +106,7 @@ def kept_tensors(step_graph, loss, layer_names):
                 if home.op.type in ("ReadVariableOp", "Const", "Placeholder"):
                     continue
                 kept[home.name] = KeptTensor(nbytes(home), home.op.name,
-                                             layer_of(home.op.name, layer_names))
+                                             layer_of(home.op.name, layer_names), home.name)
     return sorted(kept.values(), key=lambda k: -k.bytes)
 
 

@@ -49,6 +49,27 @@ def summarize(kept, key):
     return dict(totals.most_common())
 
 
+def peak_by_kind(graph, sim, kept, model):
+    """The buffers alive at the simulated peak, by kind: "kept_for_backward" (the kept
+    tensors still alive), "gradients" (backward-pass buffers of a trainable weight's
+    shape: the weights' gradients, waiting for the update), "other" (the backward
+    pass's temporaries, and forward tensors not yet freed) and "allocator" (its
+    rounding and reuse). They sum to the estimated peak over the step's start."""
+    kept_names = {k.tensor for k in kept}
+    forward = forward_ops(graph.outputs[0])
+    shapes = {tuple(w.shape) for w in model.trainable_weights}
+    kinds = collections.Counter({"kept_for_backward": 0, "gradients": 0, "other": 0})
+    for buffer, size in sim.live_at_peak.items():
+        if buffer in kept_names:
+            kinds["kept_for_backward"] += size
+            continue
+        tensor = graph.get_tensor_by_name(buffer)
+        backward = tensor.op.name not in forward
+        kinds["gradients" if backward and tuple(tensor.shape) in shapes else "other"] += size
+    kinds["allocator"] = max(0, sim.peak_bytes - sum(sim.live_at_peak.values()))
+    return dict(kinds)
+
+
 def _holders(variable):
     """The `tf.Variable`s that hold `variable`'s memory: a Keras variable's own, or
     a distributed variable's per-replica copies."""
@@ -104,7 +125,8 @@ def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None
     the optimizer's slots and scalars, and the step's counter),
     `estimated_peak_bytes` (`simulate`'s allocator peak over the step's start),
     `live_peak_bytes`, `peak_op`, `peak_by_part` (the buffers alive at the peak,
-    by part, plus "allocator" for its rounding) and `estimated_peak_by_batch`.
+    by part, plus "allocator" for its rounding), `peak_by_kind` (the same buffers by
+    kind: `peak_by_kind`) and `estimated_peak_by_batch`.
     """
     graph = step_fn.get_concrete_function(*args).graph
     names = layer_names(model)
@@ -142,6 +164,7 @@ def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None
         "live_peak_bytes": sim.live_peak_bytes,
         "peak_op": sim.peak_op,
         "peak_by_part": dict(at_peak.most_common()),
+        "peak_by_kind": peak_by_kind(graph, sim, kept, model),
         "estimated_peak_by_batch": by_batch,
         "simulated_threads": workers or inter_op_threads(),
     }

@@ -26,7 +26,12 @@ def _analyze(config, step, batch, model):
     from tfseg.profile.analysis import step_breakdown
 
     repeats = config.run.model.middle_repeats
-    return step_breakdown(step, (batch,), model, lambda name: part_of(name, repeats),
+    # DeepLabv3+ on another backbone is one flat model: every layer the head's names
+    # (part_of) do not claim is the backbone's.
+    other = config.builder is None and config.run.model.backbone != "xception65"
+    return step_breakdown(step, (batch,), model,
+                          lambda name: part_of(name, repeats) or ("backbone" if other and name
+                                                                  else ""),
                           extra_batches=tuple(config.analyze_batches),
                           segment_of=lambda name: segment_of(name, repeats))
 

@@ -54,6 +54,7 @@ def entry(m):
         "kept_by_part_bytes": a["kept_by_part"],
         "breakdown_percent": {p: 100.0 * b / kept_total for p, b in a["kept_by_part"].items()},
         "peak_by_part_bytes": a["peak_by_part"],
+        "peak_by_kind_bytes": a["peak_by_kind"],
         "peak_op": a["peak_op"],
         "simulated_threads": a["simulated_threads"],
         "wall_seconds": m["wall_seconds"],

@@ -5,7 +5,8 @@ sentence saying what it measures, and the words the tables use explained once.
 """
 
 MIB = 2**20
-PARTS = ("entry_flow", "middle_flow", "exit_flow", "aspp", "decoder", "loss_and_other")
+PARTS = ("backbone", "entry_flow", "middle_flow", "exit_flow", "aspp", "decoder",
+         "loss_and_other")
 
 WORDS = [
     "**Kept for backward**: the forward tensors the backward pass reads (a layer's input "
@@ -97,6 +98,43 @@ def holdings(report):
         "during it."]
 
 
+KINDS = ("kept_for_backward", "gradients", "other", "allocator")
+
+
+def decomposition(report):
+    """Each variant's total peak by kind: the base's weights and slots, and what is
+    alive at the estimated peak; beside it the measured total."""
+    rows = []
+    for name, v in report["variants"].items():
+        kinds = v.get("peak_by_kind_bytes")
+        if not kinds:
+            return []  # a report from before the decomposition
+        a = v["accounted"]
+        estimated = a["parameter_bytes"] + a["optimizer_slot_bytes"] + v["static_estimate_bytes"]
+        measured = (v.get("base_bytes") or 0) + v["measured_peak_bytes"]
+        rows.append((name, _mib(a["parameter_bytes"]), _mib(a["optimizer_slot_bytes"]),
+                     *(_mib(kinds.get(k, 0)) for k in KINDS), _mib(estimated), _mib(measured),
+                     f"{estimated / max(1, measured):.2f}"))
+    header = ("variant", "weights (MiB)", "optimizer slots (MiB)",
+              "kept for backward, alive (MiB)", "gradients (MiB)", "other buffers (MiB)",
+              "allocator rounding (MiB)", "estimated total (MiB)", "measured total (MiB)",
+              "estimate / measured")
+    return ["## What the peak is made of", ""] + _table(header, rows) + [
+        "", "The total at the step's peak: the weights and optimizer slots held before the "
+        "step, then the buffers alive at the estimated peak by kind (they sum to the static "
+        "estimate); beside it the allocator's measured total, its base (which also holds "
+        "the input batch) plus the measured peak. Gradients are the backward pass's buffers "
+        "of a trainable weight's shape; other buffers are its temporaries and forward "
+        "tensors not yet freed.", ""]
+
+
+def parts_in(report, key="kept_by_part_bytes"):
+    """The parts the report's variants name under ``key``, in the model's order:
+    Xception-65's flows, or "backbone" for another backbone, then the head."""
+    named = {p for v in report["variants"].values() for p in v[key]}
+    return tuple(p for p in PARTS if p in named) + tuple(sorted(named - set(PARTS)))
+
+
 def by_part(report, key, parts, sentence):
     variants = report["variants"]
     totals = {n: max(1, sum(v[key].values())) for n, v in variants.items()}
@@ -150,7 +188,7 @@ def plans(report):
 
 def markdown(report, caveats=(), notes=()):
     """The whole report.md of ``report`` (a `tfseg.report.run` result)."""
-    at_peak = PARTS + ("allocator",)
+    at_peak = parts_in(report, "peak_by_part_bytes")
     lines = [f"# Memory report: {title(report)}", ""]
     for line in caveats:
         lines += [line, ""]
@@ -158,8 +196,9 @@ def markdown(report, caveats=(), notes=()):
     lines += ["## Peak memory of one training step", ""] + peaks(report) + [""]
     lines += [f"- {note}" for note in notes] + ([""] if notes else [])
     lines += ["## What each variant holds", ""] + holdings(report) + [""]
+    lines += decomposition(report)
     lines += ["## Kept for backward, by part of the model", ""] + by_part(
-        report, "kept_by_part_bytes", PARTS,
+        report, "kept_by_part_bytes", parts_in(report),
         "The forward tensors the backward pass reads, counted to the part whose layer made "
         "them, in MiB and as a share of the variant's.") + [""]
     lines += ["![kept for backward, by part](parts.png)",

@@ -12,7 +12,6 @@ MIB = 2**20
 # tfseg/layers/inplace_norm.py).
 XLA_CAVEAT = ("(jit_compile: the measured rows are XLA's; the static estimate and the "
               "breakdown model TF's executor running the same step without XLA)")
-PARTS = document.PARTS
 
 
 def _mib(value):
@@ -56,13 +55,13 @@ def table(report):
     rows.append("")
     rows.append("where the kept activations go (% of each variant's):")
     rows.append(f"{'part':<16}" + "".join(f"{n:>15}" for n in report["variants"]))
-    for part in PARTS:
+    for part in document.parts_in(report):
         cells = "".join(f"{v['breakdown_percent'].get(part, 0.0):>14.1f}%" for v in report["variants"].values())
         rows.append(f"{part:<16}{cells}")
     rows.append("")
     rows.append("alive at the estimated peak (MiB; 'allocator': its rounding and reuse):")
     rows.append(f"{'part':<16}" + "".join(f"{n:>15}" for n in report["variants"]))
-    for part in PARTS + ("allocator",):
+    for part in document.parts_in(report, "peak_by_part_bytes"):
         cells = "".join(f"{v['peak_by_part_bytes'].get(part, 0) / MIB:>15.1f}" for v in report["variants"].values())
         rows.append(f"{part:<16}{cells}")
     sizes = report.get("max_sizes")
@@ -161,8 +160,8 @@ def markdown(report):
     return document.markdown(report, caveats(report), notes)
 
 
-def _kept(report, name):
-    return [report["variants"][name]["kept_by_part_bytes"].get(p, 0) / MIB for p in PARTS]
+def _kept(report, name, parts):
+    return [report["variants"][name]["kept_by_part_bytes"].get(p, 0) / MIB for p in parts]
 
 
 def chart(report, path):
@@ -172,12 +171,13 @@ def chart(report, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(report["variants"])
+    names, parts = list(report["variants"]), document.parts_in(report)
     fig, ax = plt.subplots(figsize=(9, 4.5))
     width = 0.8 / max(1, len(names))
     for k, name in enumerate(names):
-        ax.bar([i + k * width for i in range(len(PARTS))], _kept(report, name), width, label=name)
-    ax.set_xticks([i + width * (len(names) - 1) / 2 for i in range(len(PARTS))], PARTS, rotation=20)
+        ax.bar([i + k * width for i in range(len(parts))], _kept(report, name, parts), width,
+               label=name)
+    ax.set_xticks([i + width * (len(names) - 1) / 2 for i in range(len(parts))], parts, rotation=20)
     ax.set_xlabel("part of the model")
     ax.set_ylabel("kept for backward (MiB)")
     ax.set_title(f"Kept for backward, by part: {document.title(report)}", fontsize=10)
@@ -194,11 +194,11 @@ def stacked_chart(report, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(report["variants"])
+    names, parts = list(report["variants"]), document.parts_in(report)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     bottom = [0.0] * len(names)
-    for i, part in enumerate(PARTS):
-        values = [_kept(report, name)[i] for name in names]
+    for i, part in enumerate(parts):
+        values = [_kept(report, name, parts)[i] for name in names]
         ax.bar(names, values, 0.6, bottom=bottom, label=part)
         bottom = [b + v for b, v in zip(bottom, values)]
     for x, total in enumerate(bottom):
