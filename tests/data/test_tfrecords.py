@@ -35,6 +35,7 @@ def test_round_trip_equals_png_pipeline(synthetic_root, tmp_path, raw):
     assert image.shape == (2, 32, 40, 3) and label.shape == (2, 32, 40)
 
 
+@pytest.mark.slow  # converts and reads back a JPEG set: 53 s in a loaded CI run
 def test_jpeg_images_round_trip_bit_exact(tmp_path):
     expected = voc_tree(tmp_path / "voc")
     write_tfrecords(voc.source(str(tmp_path / "voc"), "train"), str(tmp_path / "rec"), "train")

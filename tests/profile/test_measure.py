@@ -93,18 +93,19 @@ def test_the_measured_step_is_the_training_step_of_its_settings(monkeypatch):
     config = SMALL.replace(height=32, width=32, batch=1, dtype_policy="mixed_float16",
                            weight_decay_type="decoupled", weight_decay=1e-4, momentum=0.5,
                            class_weights=(1.0, 2.0, 1.0, 1.0, 0.5))
-    result = measure(config)
+    result = measure(config.replace(analyze=True))
     assert result["optimizer"] == {
         "class": "LossScaleOptimizer", "inner_class": "SGD", "momentum": 0.5,
         "decoupled_weight_decay": 1e-4, "l2_weight_decay": 0.0, "l2_kernels": 0,
         "momentum_slots": len(separable_stack(SMALL).trainable_variables)}
     assert result["class_weights"] == [1.0, 2.0, 1.0, 1.0, 0.5]
-    # And it computes in float16: the same step in float32, its activations twice the
-    # bytes, peaks higher (measured on 2 CPU cores: 2.9 MB against 5.2 MB). At least one
-    # float16 activation of the stack is live at the peak.
-    full = measure(config.replace(dtype_policy="float32"))
-    peak = "peak_over_base_bytes"
-    assert 32 * 32 * WIDTH * 2 <= result[peak] < 0.8 * full[peak], (result[peak], full[peak])
+    # And it computes in float16: the tensors the same step keeps for its backward pass
+    # in float32 take more bytes. (Not the allocator's peak: on the CPU, oneDNN's float16
+    # kernels add scratch buffers of their own, 35-51 MB against float32's 5 MB peak with
+    # the wheels of 2026-11-26.)
+    full = measure(config.replace(dtype_policy="float32", analyze=True))
+    kept = result["analysis"]["kept_bytes"], full["analysis"]["kept_bytes"]
+    assert 32 * 32 * WIDTH * 2 <= kept[0] < 0.8 * kept[1], kept
 
 
 def test_a_step_config_carries_a_runs_training_settings():

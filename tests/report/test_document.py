@@ -85,4 +85,4 @@ def test_each_peak_is_decomposed_and_its_kinds_sum_to_the_estimate():
     cells = [c.strip() for c in row.strip("|").split("|")]
     # weights 1, slots 1; kept 200, gradients 1, other 199, allocator 0; estimated 1 + 1 +
     # 400; measured 3 (base) + 400.
-    assert cells == ["stock", "1", "1", "200", "1", "199", "0", "402", "403", "1.00"]
+    assert cells == ["stock", "1", "1", "200", "1", "199", "0", "402", "3", "403", "1.00"]

@@ -111,19 +111,22 @@ def decomposition(report):
             return []  # a report from before the decomposition
         a = v["accounted"]
         estimated = a["parameter_bytes"] + a["optimizer_slot_bytes"] + v["static_estimate_bytes"]
-        measured = (v.get("base_bytes") or 0) + v["measured_peak_bytes"]
+        base = v.get("base_bytes") or 0
+        measured = base + v["measured_peak_bytes"]
         rows.append((name, _mib(a["parameter_bytes"]), _mib(a["optimizer_slot_bytes"]),
-                     *(_mib(kinds.get(k, 0)) for k in KINDS), _mib(estimated), _mib(measured),
-                     f"{estimated / max(1, measured):.2f}"))
+                     *(_mib(kinds.get(k, 0)) for k in KINDS), _mib(estimated), _mib(base),
+                     _mib(measured), f"{estimated / max(1, measured):.2f}"))
     header = ("variant", "weights (MiB)", "optimizer slots (MiB)",
               "kept for backward, alive (MiB)", "gradients (MiB)", "other buffers (MiB)",
-              "allocator rounding (MiB)", "estimated total (MiB)", "measured total (MiB)",
-              "estimate / measured")
+              "allocator rounding (MiB)", "estimated total (MiB)", "measured base (MiB)",
+              "measured total (MiB)", "estimate / measured")
     return ["## What the peak is made of", ""] + _table(header, rows) + [
         "", "The total at the step's peak: the weights and optimizer slots held before the "
         "step, then the buffers alive at the estimated peak by kind (they sum to the static "
-        "estimate); beside it the allocator's measured total, its base (which also holds "
-        "the input batch) plus the measured peak. Gradients are the backward pass's buffers "
+        "estimate); beside it the allocator's measured base and total (base plus the measured "
+        "peak). The measured base can exceed weights plus slots: it also holds what "
+        "TensorFlow keeps between steps (the input batch, its own buffers). Gradients are "
+        "the backward pass's buffers "
         "of a trainable weight's shape; other buffers are its temporaries and forward "
         "tensors not yet freed.", ""]
 
