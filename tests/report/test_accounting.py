@@ -35,8 +35,9 @@ def _nbytes(variables):
     return sum(v.numpy().nbytes for v in variables)
 
 
-@pytest.mark.parametrize("momentum", [0.0, 0.9])
-def test_optimizer_state_is_what_the_optimizer_built(momentum):
+def _analysis(momentum, batch_size=2):
+    """(model, optimizer, counter, step_breakdown) of the project's training step of the
+    tiny model, run once."""
     model = _tiny_model()
     optimizer = keras.optimizers.SGD(0.1, momentum=momentum)
     optimizer.build(model.trainable_variables)
@@ -44,10 +45,15 @@ def test_optimizer_state_is_what_the_optimizer_built(momentum):
     # The update runs in a tf.cond inside strategy.run, as in training.
     step = make_train_step(tf.distribute.get_strategy(), model, optimizer, PixelLoss(), counter)
     rng = np.random.RandomState(0)
-    batch = (tf.constant(rng.randint(0, 256, (2, 8, 8, 3)), tf.uint8),
-             tf.constant(rng.randint(0, CLASSES, (2, 8, 8)), tf.int32))
+    batch = (tf.constant(rng.randint(0, 256, (batch_size, 8, 8, 3)), tf.uint8),
+             tf.constant(rng.randint(0, CLASSES, (batch_size, 8, 8)), tf.int32))
     step(batch)
-    analysis = step_breakdown(step, (batch,), model, lambda layer: "")
+    return model, optimizer, counter, step_breakdown(step, (batch,), model, lambda layer: "")
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_optimizer_state_is_what_the_optimizer_built(momentum):
+    model, optimizer, counter, analysis = _analysis(momentum)
 
     # Keras 3's SGD builds one momentum slot per trainable weight, none without
     # momentum: only its iteration count and learning rate.
@@ -71,16 +77,7 @@ def test_optimizer_state_is_what_the_optimizer_built(momentum):
 def test_the_peak_by_kind_sums_to_the_estimated_peak():
     """The buffers alive at the simulated peak, by kind (kept for backward, gradients,
     other, allocator), add up to the static estimate the report quotes."""
-    model = _tiny_model()
-    optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
-    optimizer.build(model.trainable_variables)
-    counter = tf.Variable(0, dtype=tf.int64, trainable=False)
-    step = make_train_step(tf.distribute.get_strategy(), model, optimizer, PixelLoss(), counter)
-    rng = np.random.RandomState(0)
-    batch = (tf.constant(rng.randint(0, 256, (4, 8, 8, 3)), tf.uint8),
-             tf.constant(rng.randint(0, CLASSES, (4, 8, 8)), tf.int32))
-    step(batch)
-    analysis = step_breakdown(step, (batch,), model, lambda layer: "")
+    analysis = _analysis(0.9, batch_size=4)[3]
     kinds = analysis["peak_by_kind"]
     assert set(kinds) == {"kept_for_backward", "gradients", "other", "allocator"}
     assert min(kinds.values()) >= 0
