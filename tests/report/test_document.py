@@ -83,6 +83,6 @@ def test_each_peak_is_decomposed_and_its_kinds_sum_to_the_estimate():
     text = render.markdown(_report(400))
     row = next(line for line in text.splitlines() if line.startswith("| stock | 1 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    # weights 1, slots 1; kept 200, gradients 1, other 199, allocator 0; estimated 1 + 1 +
-    # 400; measured 3 (base) + 400.
-    assert cells == ["stock", "1", "1", "200", "1", "199", "0", "402", "3", "403", "1.00"]
+    # weights 1, slots 1, measured base 3; kept 200, gradients 1, other 199, allocator 0:
+    # 400 estimated, 400 measured.
+    assert cells == ["stock", "1", "1", "3", "200", "1", "199", "0", "400", "400", "1.00"]

@@ -13,7 +13,7 @@ import tensorflow as tf
 from tfseg.data import cityscapes, transforms
 from tfseg.errors import NonFiniteLoss
 from tfseg.runtime import builders, device
-from tfseg.training import loop
+from tfseg.training import outcomes
 from tfseg.config import Config
 from tfseg.training.losses import PixelLoss
 from tfseg.training.step import make_train_step
@@ -59,18 +59,18 @@ def test_an_update_the_loss_scale_optimizer_skips_is_not_a_step(mixed_float16):
 
 _PEAK_SCRIPT = """
 import tensorflow as tf
-from tfseg.training import loop
+from tfseg.training import progress
 first = tf.fill([1024, 1024], 1.0)  # 4 MiB: the allocator has something to count
-label, before = loop.memory_peak()
+label, before = progress.memory_peak()
 print(label, before)
 # 1 GiB above the peak so far: a resident-size high-water mark starts at the
 # parent's (it is kept across fork and exec), which may be large.
 x = tf.fill([int(before) + 1024, 256, 1024], 1.0)
-print(*loop.memory_peak())
+print(*progress.memory_peak())
 del x
-loop.memory_peak()  # a reading restarts the peak at what is in use then: x was, now it is not
+progress.memory_peak()  # a reading restarts the peak at what is in use then: x was, now it is not
 small = tf.fill([1024, 1024], 2.0)
-print(*loop.memory_peak())
+print(*progress.memory_peak())
 """
 
 
@@ -255,7 +255,7 @@ def test_updates_skipped_in_a_row_stop_the_run(mixed_float16):
                                  step)
     batch = (tf.ones((2, 5, 7, 3), tf.uint8), tf.zeros((2, 5, 7), tf.int32))
     lines = []
-    skipped = loop.SkippedUpdates(limit=12, log=lines.append)
+    skipped = outcomes.SkippedUpdates(limit=12, log=lines.append)
     with pytest.raises(NonFiniteLoss, match=r"^12 updates in a row skipped .* at step 1 "
                                             r"\(--max_skipped_updates=12\).*checkpoint is ckpt-7"):
         for _ in range(100):

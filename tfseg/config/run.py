@@ -104,7 +104,7 @@ class Run:
                                            "estimated to take longer (0: verify nothing, "
                                            "only predict).")
     report_max_minutes: float = setting(
-        10.0, "report with --memory_budget_gb: start no size-verification run that would "
+        5.0, "report with --memory_budget_gb: start no size-verification run that would "
         "end later than this many minutes after the report began; the sizes left are "
         "reported as estimates, marked unverified (0: no bound).")
     report_dir: str = setting("", "report: output folder (default: MODEL_DIR/report).")

@@ -102,33 +102,32 @@ KINDS = ("kept_for_backward", "gradients", "other", "allocator")
 
 
 def decomposition(report):
-    """Each variant's total peak by kind: the base's weights and slots, and what is
-    alive at the estimated peak; beside it the measured total."""
+    """Each variant's step decomposed: the base (weights, optimizer slots; the measured
+    base beside them), then what the step adds at its estimated peak, by kind, beside
+    the measured peak over base."""
     rows = []
     for name, v in report["variants"].items():
         kinds = v.get("peak_by_kind_bytes")
         if not kinds:
             return []  # a report from before the decomposition
         a = v["accounted"]
-        estimated = a["parameter_bytes"] + a["optimizer_slot_bytes"] + v["static_estimate_bytes"]
-        base = v.get("base_bytes") or 0
-        measured = base + v["measured_peak_bytes"]
         rows.append((name, _mib(a["parameter_bytes"]), _mib(a["optimizer_slot_bytes"]),
-                     *(_mib(kinds.get(k, 0)) for k in KINDS), _mib(estimated), _mib(base),
-                     _mib(measured), f"{estimated / max(1, measured):.2f}"))
-    header = ("variant", "weights (MiB)", "optimizer slots (MiB)",
+                     _mib(v.get("base_bytes")), *(_mib(kinds.get(k, 0)) for k in KINDS),
+                     _mib(sum(kinds.values())), _mib(v["measured_peak_bytes"]),
+                     f"{v['estimate_ratio']:.2f}"))
+    header = ("variant", "weights (MiB)", "optimizer slots (MiB)", "measured base (MiB)",
               "kept for backward, alive (MiB)", "gradients (MiB)", "other buffers (MiB)",
-              "allocator rounding (MiB)", "estimated total (MiB)", "measured base (MiB)",
-              "measured total (MiB)", "estimate / measured")
+              "allocator rounding (MiB)", "estimated peak over base (MiB)",
+              "measured peak over base (MiB)", "estimate / measured")
     return ["## What the peak is made of", ""] + _table(header, rows) + [
-        "", "The total at the step's peak: the weights and optimizer slots held before the "
-        "step, then the buffers alive at the estimated peak by kind (they sum to the static "
-        "estimate); beside it the allocator's measured base and total (base plus the measured "
-        "peak). The measured base can exceed weights plus slots: it also holds what "
-        "TensorFlow keeps between steps (the input batch, its own buffers). Gradients are "
-        "the backward pass's buffers "
-        "of a trainable weight's shape; other buffers are its temporaries and forward "
-        "tensors not yet freed.", ""]
+        "", "Before the step the process holds the weights and optimizer slots (the base; "
+        "the allocator's measured base beside them also counts what TensorFlow keeps "
+        "between steps, and on the CPU may leave out what it allocated before its "
+        "statistics began). At the step's estimated peak it adds the kept tensors still "
+        "alive, the gradients computed so far (the backward pass's buffers of a trainable "
+        "weight's shape), other buffers (the backward pass's temporaries, forward tensors "
+        "not yet freed) and the allocator's rounding: their sum is the static estimate, "
+        "beside the measured peak over base.", ""]
 
 
 def parts_in(report, key="kept_by_part_bytes"):

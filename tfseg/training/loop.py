@@ -6,8 +6,6 @@ in between the host queues the next step without waiting for the device."""
 
 import contextlib
 import os
-import resource
-import sys
 import time
 
 import keras
@@ -21,66 +19,11 @@ from tfseg.errors import InputError, NonFiniteLoss
 from tfseg.evaluation.evaluate import PeriodicEval
 from tfseg.runtime import builders, checkpoints, files, init, summaries
 from tfseg.runtime.signals import StopRequest
-from tfseg.runtime import device as device_lib
 from tfseg.training import losses
 from tfseg.training.lock import ModelDirLock
-from tfseg.training.outcomes import Outcomes
-from tfseg.training.progress import Progress
+from tfseg.training.outcomes import Outcomes, SkippedUpdates
+from tfseg.training.progress import Progress, memory_peak
 from tfseg.training.step import make_train_step
-
-
-def memory_peak():
-    """(label, MiB): TF's allocator peak since the last call on the device measurements
-    read (``tfseg.runtime.device.name()``: GPU:0, else CPU:0), where it
-    keeps one, else the process's peak resident set size so far, labelled as such.
-
-    The CPU allocator keeps no statistics unless oneDNN is on: ``get_memory_info``
-    then raises or reports 0, which would read as a peak of 0.
-    The resident size's high-water mark starts at the parent process's (Linux keeps
-    it across fork and exec), so under a large parent it shows that until exceeded.
-    """
-    device = device_lib.name()
-    try:
-        peak = device_lib.memory_info()["peak"]
-    except (ValueError, tf.errors.OpError):
-        peak = 0
-    if peak > 0:
-        # Each reading is the peak since the one before (the last log line), not the run's.
-        device_lib.reset_peak()
-        return f"{device[:3].lower()}_peak_MiB", peak / 2**20
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    return "rss_peak_MiB", rss / (2**20 if sys.platform == "darwin" else 2**10)
-
-
-class SkippedUpdates:
-    """Counts updates in a row that the loss-scale optimizer skipped (``mixed_float16``:
-    non-finite gradients), logs them, and stops the run after ``limit``.
-
-    A skipped update does not advance the step, and logging and saving happen only
-    on an advance: gradients that stay non-finite would loop forever in silence.
-    """
-
-    def __init__(self, limit, log=print):
-        self.limit = limit
-        self.log = log
-        self.count = 0
-
-    def __call__(self, advanced, step, optimizer, last_checkpoint):
-        """Call after each step: ``advanced`` is whether it applied its update."""
-        if advanced:
-            self.count = 0
-            return
-        self.count += 1
-        scale = float(getattr(optimizer, "dynamic_scale", float("nan")))
-        if self.count == 1 or self.count % 10 == 0:
-            self.log(f"step {step + 1}: update skipped, non-finite gradients "
-                     f"({self.count} in a row; loss scale now {scale:g})")
-        if self.count >= self.limit:
-            raise NonFiniteLoss(
-                f"{self.count} updates in a row skipped for non-finite gradients at step "
-                f"{step + 1} (--max_skipped_updates={self.limit}): stopped; the last good "
-                f"checkpoint is {last_checkpoint or '(none)'}. Lower --learning_rate or use "
-                f"--dtype_policy=float32 or mixed_bfloat16.")
 
 
 def build_step(config, strategy, make_model):

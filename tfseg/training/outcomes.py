@@ -26,6 +26,8 @@ Example:
 import numpy as np
 import tensorflow as tf
 
+from tfseg.errors import NonFiniteLoss
+
 
 class Outcomes:
     """The queued steps' (loss, finite, step counter after) tensors, read in one go.
@@ -65,3 +67,34 @@ class Outcomes:
             before = after
         self.known, self._queued = before, []
         return out
+
+
+class SkippedUpdates:
+    """Counts updates in a row that the loss-scale optimizer skipped (``mixed_float16``:
+    non-finite gradients), logs them, and stops the run after ``limit``.
+
+    A skipped update does not advance the step, and logging and saving happen only
+    on an advance: gradients that stay non-finite would loop forever in silence.
+    """
+
+    def __init__(self, limit, log=print):
+        self.limit = limit
+        self.log = log
+        self.count = 0
+
+    def __call__(self, advanced, step, optimizer, last_checkpoint):
+        """Call after each step: ``advanced`` is whether it applied its update."""
+        if advanced:
+            self.count = 0
+            return
+        self.count += 1
+        scale = float(getattr(optimizer, "dynamic_scale", float("nan")))
+        if self.count == 1 or self.count % 10 == 0:
+            self.log(f"step {step + 1}: update skipped, non-finite gradients "
+                     f"({self.count} in a row; loss scale now {scale:g})")
+        if self.count >= self.limit:
+            raise NonFiniteLoss(
+                f"{self.count} updates in a row skipped for non-finite gradients at step "
+                f"{step + 1} (--max_skipped_updates={self.limit}): stopped; the last good "
+                f"checkpoint is {last_checkpoint or '(none)'}. Lower --learning_rate or use "
+                f"--dtype_policy=float32 or mixed_bfloat16.")

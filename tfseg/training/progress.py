@@ -11,8 +11,13 @@ Example:
     progress.update(25, loss=1.234, lr=0.05, images_per_s=38.2, peak=("rss_peak_MiB", 1034))
 """
 
+import resource
 import sys
 import time
+
+import tensorflow as tf
+
+from tfseg.runtime import device as device_lib
 
 
 def duration(seconds):
@@ -51,3 +56,26 @@ class Progress:
     def update(self, step, loss, lr, images_per_s, peak):
         print(self.line(step, loss, lr, images_per_s, peak), file=self.out or sys.stdout,
               flush=True)
+
+
+def memory_peak():
+    """(label, MiB): TF's allocator peak since the last call on the device measurements
+    read (``tfseg.runtime.device.name()``: GPU:0, else CPU:0), where it
+    keeps one, else the process's peak resident set size so far, labelled as such.
+
+    The CPU allocator keeps no statistics unless oneDNN is on: ``get_memory_info``
+    then raises or reports 0, which would read as a peak of 0.
+    The resident size's high-water mark starts at the parent process's (Linux keeps
+    it across fork and exec), so under a large parent it shows that until exceeded.
+    """
+    device = device_lib.name()
+    try:
+        peak = device_lib.memory_info()["peak"]
+    except (ValueError, tf.errors.OpError):
+        peak = 0
+    if peak > 0:
+        # Each reading is the peak since the one before (the last log line), not the run's.
+        device_lib.reset_peak()
+        return f"{device[:3].lower()}_peak_MiB", peak / 2**20
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
+    return "rss_peak_MiB", rss / (2**20 if sys.platform == "darwin" else 2**10)
