@@ -86,3 +86,18 @@ def test_each_peak_is_decomposed_and_its_kinds_sum_to_the_estimate():
     # weights 1, slots 1, measured base 3; kept 200, gradients 1, other 199, allocator 0:
     # 400 estimated, 400 measured.
     assert cells == ["stock", "1", "1", "3", "200", "1", "199", "0", "400", "400", "1.00"]
+
+
+def test_the_sizes_table_says_what_was_measured_and_what_was_left():
+    """(Before: a crop check stopped by the run limit showed as "crop None measured".)"""
+    report = _report(400, frontier=False)
+    report["max_sizes"] = {"budget_gb": 1.0, "variants": {"stock": {
+        "max_batch": 123, "max_square_crop": 1409, "sizes_measured": False,
+        "verified": {"max_batch": 128, "complete": False},
+        "crop_verified": {"max_square_crop": None},
+        "skipped": {"batch": {"129": {"reason": "run limit", "estimated_seconds": 24.2}},
+                    "crop": {"1409": {"reason": "run limit", "estimated_seconds": 23.6}}}}}}
+    text = render.markdown(report)
+    assert ("| stock | 123 | 1409 | batch 128 fits, measured (larger not tried); batch 129 "
+            "not checked (run limit); crop 1409 not checked (run limit) |") in text
+    assert "None" not in text

@@ -44,8 +44,8 @@ def configuration(report):
     """The settings that matter for memory, as a table."""
     c = report["config"]
     backbone = c.get("backbone", "xception65")
-    if backbone == "xception65":
-        backbone += f" (width {c.get('width_multiplier')}, {c.get('middle_repeats')} middle units)"
+    if backbone == "xception65" and "width_multiplier" in c:
+        backbone += f" (width {c['width_multiplier']}, {c['middle_repeats']} middle units)"
     overhead = report.get("device_overhead") or {}
     device = report.get("device", "?")
     if overhead.get("overhead_bytes") is not None:
@@ -151,18 +151,27 @@ def by_part(report, key, parts, sentence):
     return _table(header, rows) + ["", sentence]
 
 
+def _verified(p):
+    """What the size checks of one variant measured, and what they left, in words."""
+    said = []
+    check, crop = p.get("verified"), p.get("crop_verified")
+    if check and check.get("max_batch") is not None:
+        said.append(f"batch {check['max_batch']} fits, measured"
+                    + ("" if check.get("complete", True) else " (larger not tried)"))
+    if crop and crop.get("max_square_crop") is not None:
+        said.append(f"crop {crop['max_square_crop']} fits, measured")
+    for kind, sizes_ in (p.get("skipped") or {}).items():
+        said += [f"{kind} {size} not checked ({why['reason']})" for size, why in sorted(sizes_.items())]
+    return "; ".join(said) or ("estimates" if not p.get("sizes_measured", True) else "-")
+
+
 def sizes(report):
     found = report.get("max_sizes")
     if not found:
         return []
     rows = []
     for name, p in found["variants"].items():
-        check, crop = p.get("verified"), p.get("crop_verified")
-        measured = "; ".join(filter(None, [
-            check and f"batch {check['max_batch']} measured",
-            crop and f"crop {crop['max_square_crop']} measured"])) or (
-            "estimates" if not p.get("sizes_measured", True) else "-")
-        rows.append((name, p["max_batch"], p["max_square_crop"], measured))
+        rows.append((name, p["max_batch"], p["max_square_crop"], _verified(p)))
     header = ("variant", "largest batch (images)", "largest square crop at batch 1 (pixels)",
               "verified")
     return ["## Largest sizes under the budget", ""] + _table(header, rows) + [
