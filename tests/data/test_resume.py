@@ -51,6 +51,7 @@ def test_resumed_batches_equal_the_unbroken_stream(tree):
     assert len(_arrays(build_dataset(config, True, start_batch=4, epochs=3))) == 5
 
 
+@pytest.mark.slow  # 26.5 s in CI
 def test_the_skip_reads_none_of_the_skipped_files(tree):
     """Batch 4 is the second of epoch 1: the files of epoch 1's first batch, and the one
     left over at its end, are made unreadable. Strict mode raises on any file it reads

@@ -137,7 +137,9 @@ def test_a_checkpoint_of_another_architecture_exits_2_naming_it(trained, tmp_pat
     assert "entries missing (e.g. weights/middle_unit2_" in lines[0]
 
 
-@pytest.mark.parametrize("mode,split", [("train", "train"), ("eval", "val")])
+@pytest.mark.parametrize("mode,split", [
+    pytest.param("train", "train", marks=pytest.mark.slow),  # 22 s in CI
+    ("eval", "val")])
 def test_a_corrupt_image_exits_2_naming_it(trained_copy, tmp_path, mode, split):
     data_dir, model_dir = trained_copy
     copy = shutil.copytree(data_dir, tmp_path / "data")
