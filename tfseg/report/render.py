@@ -145,9 +145,10 @@ def caveats(report):
                      f"missing: {', '.join(partial['missing'])}. What it shows was measured or "
                      f"estimated before the stop.")
     if report.get("time_bound_reached"):
-        lines.append("**Time bound reached** (--report_max_minutes): the largest sizes marked "
-                     "\"estimates\" were not measured; they are the budget fit's predictions "
-                     "(\"sizes_measured\": false in report.json).")
+        lines.append("**Time bound reached** (--report_max_minutes): the sizes marked \"not "
+                     "checked (time bound)\" were not measured; the largest sizes shown for "
+                     "them are the budget fit's predictions (\"sizes_measured\": false in "
+                     "report.json).")
     return lines
 
 
