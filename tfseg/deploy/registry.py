@@ -50,13 +50,18 @@ class Exporter:
 
     def require(self):
         """Refuses in one line, before any work, a format whose converter is missing."""
-        missing = [m for m in self.needs if importlib.util.find_spec(m) is None]
+        missing = _missing(self.needs)
         if missing:
             raise InputError(f"--export_format={self.name} needs {', '.join(missing)}, "
                              f"which is not installed: {EXTRA}")
 
 
 EXPORTERS = {}
+
+
+def _missing(modules):
+    """The ones of ``modules`` that are not installed."""
+    return [m for m in modules if importlib.util.find_spec(m) is None]
 
 
 def register(name, entries, needs=()):
@@ -89,7 +94,7 @@ def open_model(path):
     runs = [e for e in EXPORTERS.values() if e.open is not None]
     for exporter in runs:
         if exporter.accepts(path):
-            missing = [m for m in exporter.open_needs if importlib.util.find_spec(m) is None]
+            missing = _missing(exporter.open_needs)
             if missing:
                 raise InputError(f"--model_path: running {path} needs {', '.join(missing)}, "
                                  f"which is not installed: {EXTRA}")
