@@ -1,7 +1,9 @@
-"""The memory rewrite on models a Keras user brings: keras.applications, stock vs rewritten.
+"""The memory rewrite on models a Keras user brings: keras.applications and keras-hub
+task models, stock vs rewritten.
 
-For each model (built with `weights=None`), one training step (forward, backward,
-momentum SGD update, sparse softmax cross-entropy on its 1,000 classes) is
+For each model (built with `weights=None`, or from keras-hub's classes with random
+weights), one training step (forward, backward, momentum SGD update, sparse softmax
+cross-entropy on its classes, per pixel for a segmenter) is
 measured in a fresh process per variant and repeat, with the allocator recipe of
 `tfseg/profile/measure.py`: a warm-up step, `gc.collect()`, base = current, reset,
 one step, peak - base; the median of the repeats. "rewrite" is
@@ -11,6 +13,11 @@ zeroed so both variants run the same maths.
 
     python benchmarks/rewrite.py                       # 224x224, batch 8, 3 repeats
     python benchmarks/rewrite.py --models ResNet50 --repeats 1 --size 160
+    python benchmarks/rewrite.py --models ConvNeXtTiny hub:SegFormerB0 hub:ViTBase \
+        hub:DeepLabV3ResNet50                          # issue 35's table, at its sizes
+
+keras-hub models (`hub:` names, at their own size and batch unless --size/--batch are
+given) need keras-hub installed (docs/testing.md#keras-hub).
 
 Prints a table (peak over base, ratio to stock, the issue's target) and one JSON
 line. On the CPU, run with TF_ENABLE_ONEDNN_OPTS=1 (set here for the children):
@@ -24,13 +31,60 @@ import statistics
 import subprocess
 import sys
 
-# Issue 15's targets: rewritten peak over base as a ratio to stock's.
+# Issues 15 and 35's targets: rewritten peak over base as a ratio to stock's.
 TARGETS = {"MobileNetV2": 0.5, "MobileNetV3Large": 0.5, "MobileNetV3Small": 0.5,
-           "EfficientNetB0": 0.5, "ResNet50": 0.6}
+           "EfficientNetB0": 0.5, "ResNet50": 0.6, "ConvNeXtTiny": 0.6,
+           "hub:SegFormerB0": 0.6, "hub:ViTBase": 0.6, "hub:DeepLabV3ResNet50": 0.55}
 MODELS = ("MobileNetV2", "MobileNetV3Large", "EfficientNetB0", "EfficientNetV2B0", "ResNet50",
           "ResNet50V2", "DenseNet121", "Xception")
 VARIANTS = ("stock", "rewrite")
 MIB = 2**20
+
+
+def _segformer_b0(keras_hub, size):
+    encoder = keras_hub.models.MiTBackbone(
+        layerwise_depths=[2, 2, 2, 2], num_layers=4, layerwise_num_heads=[1, 2, 5, 8],
+        layerwise_sr_ratios=[8, 4, 2, 1], max_drop_path_rate=0.0,
+        layerwise_patch_sizes=[7, 3, 3, 3], layerwise_strides=[4, 2, 2, 2],
+        hidden_dims=[32, 64, 160, 256], image_shape=(size, size, 3))
+    backbone = keras_hub.models.SegFormerBackbone(image_encoder=encoder, projection_filters=256)
+    return keras_hub.models.SegFormerImageSegmenter(backbone=backbone, num_classes=19)
+
+
+def _vit_base(keras_hub, size):
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(size, size, 3), patch_size=16, num_layers=12, num_heads=12,
+        hidden_dim=768, mlp_dim=3072, dropout_rate=0.0, attention_dropout=0.0)
+    return keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=1000)
+
+
+def _deeplab_v3_resnet50(keras_hub, size):
+    encoder = keras_hub.models.ResNetBackbone(
+        input_conv_filters=[64], input_conv_kernel_sizes=[7],
+        stackwise_num_filters=[64, 128, 256, 512], stackwise_num_blocks=[3, 4, 6, 3],
+        stackwise_num_strides=[1, 2, 2, 2], block_type="bottleneck_block",
+        use_pre_activation=False, image_shape=(size, size, 3))
+    backbone = keras_hub.models.DeepLabV3Backbone(
+        image_encoder=encoder, low_level_feature_key="P2", spatial_pyramid_pooling_key="P5",
+        dilation_rates=[6, 12, 18], upsampling_size=8, projection_filters=48,
+        image_shape=(size, size, 3))
+    return keras_hub.models.DeepLabV3ImageSegmenter(backbone=backbone, num_classes=21)
+
+
+# keras-hub task models: builder, size, batch (issue 35's table).
+HUB = {"hub:SegFormerB0": (_segformer_b0, 512, 2), "hub:ViTBase": (_vit_base, 224, 8),
+       "hub:DeepLabV3ResNet50": (_deeplab_v3_resnet50, 512, 2)}
+
+
+def build(name, size):
+    """(model, its outputs are logits)."""
+    import keras
+
+    if name in HUB:
+        import keras_hub
+
+        return HUB[name][0](keras_hub, size), True
+    return getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3)), False
 
 
 def child(name, variant, size, batch):
@@ -46,17 +100,18 @@ def child(name, variant, size, batch):
     from tfseg.runtime import device
 
     keras.utils.set_random_seed(0)
-    model = getattr(keras.applications, name)(weights=None, input_shape=(size, size, 3))
+    model, logits = build(name, size)
     for layer in model._flatten_layers():
         if isinstance(layer, keras.layers.Dropout):
             layer.rate = 0.0
     if variant == "rewrite":
         model = memory.rewrite(model)
     optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=logits)
     rng = np.random.RandomState(0)
     images = tf.constant(rng.rand(batch, size, size, 3).astype("float32") * 255)
-    labels = tf.constant(rng.randint(0, 1000, batch))
+    out_shape = model.compute_output_shape((batch, size, size, 3))
+    labels = tf.constant(rng.randint(0, out_shape[-1], out_shape[:-1]))
 
     @tf.function
     def step(x, y):
@@ -74,9 +129,13 @@ def child(name, variant, size, batch):
     float(step(images, labels))
     seconds = time.perf_counter() - start
     peak = device.memory_info()["peak"] - base
+    # What the rewrite changes, in the model and in each model nested in it (keras-hub's
+    # task models hold their backbone, whose encoder is a model too).
+    nested = [m for m in model._flatten_layers() if memory.as_functional(m) is not None]
+    changes = "; ".join(f"{m.name}: {memory.changes(memory.as_functional(m))}"
+                        for m in nested) if variant == "stock" else None
     print(json.dumps({"model": name, "variant": variant, "peak_over_base_bytes": int(peak),
-                      "step_seconds": seconds, "changes": str(memory.changes(model))
-                      if variant == "stock" else None}))
+                      "step_seconds": seconds, "changes": changes}))
 
 
 def measure(name, variant, size, batch):
@@ -89,8 +148,8 @@ def measure(name, variant, size, batch):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS))
-    parser.add_argument("--size", type=int, default=224)
-    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--size", type=int, default=None, help="default 224 (hub: its own)")
+    parser.add_argument("--batch", type=int, default=None, help="default 8 (hub: its own)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -101,24 +160,25 @@ def main(argv=None):
     print(f"{'model':<18} {'stock MiB':>10} {'rewrite MiB':>12} {'ratio':>6} {'target':>7}"
           f"  status", flush=True)
     for name in args.models:
+        _, size, batch = HUB.get(name, (None, 224, 8))
+        size, batch = args.size or size, args.batch or batch
         runs = {v: [] for v in VARIANTS}
         for _ in range(args.repeats):  # interleaved: a slow stretch hits both alike
             for variant in VARIANTS:
-                runs[variant].append(measure(name, variant, args.size, args.batch))
+                runs[variant].append(measure(name, variant, size, batch))
         peaks = {v: statistics.median(r["peak_over_base_bytes"] for r in runs[v])
                  for v in VARIANTS}
         times = {v: statistics.median(r["step_seconds"] for r in runs[v]) for v in VARIANTS}
         ratio = peaks["rewrite"] / peaks["stock"]
         target = TARGETS.get(name)
         status = "" if target is None else ("met" if ratio <= target else "missed")
-        rows.append({"model": name, "stock_mib": peaks["stock"] / MIB,
+        rows.append({"model": name, "size": size, "batch": batch, "stock_mib": peaks["stock"] / MIB,
                      "rewrite_mib": peaks["rewrite"] / MIB, "ratio": ratio, "target": target,
                      "status": status, "time_ratio": times["rewrite"] / times["stock"],
                      "changes": runs["stock"][0]["changes"]})
         print(f"{name:<18} {peaks['stock'] / MIB:>10.0f} {peaks['rewrite'] / MIB:>12.0f} "
               f"{ratio:>6.2f} {target or '':>7}  {status}", flush=True)
-    print(json.dumps({"benchmark": "rewrite", "size": args.size, "batch": args.batch,
-                      "repeats": args.repeats, "rows": rows}))
+    print(json.dumps({"benchmark": "rewrite", "repeats": args.repeats, "rows": rows}))
 
 
 if __name__ == "__main__":

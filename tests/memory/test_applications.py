@@ -24,18 +24,7 @@ def assert_same_step(stock, new, images, rtol=1e-4, compiled=True):
     logits_b, grads_b = train_step(new, images, compiled)
     scale = float(np.abs(logits_a.numpy()).max())
     np.testing.assert_allclose(logits_b.numpy(), logits_a.numpy(), atol=rtol * scale)
-    if grads_a.keys() != grads_b.keys():
-        # Paths the rewrite cannot keep: weights built under a name scope (NASNet's
-        # blocks) or a nested Sequential's, by their layer's name and their own; and
-        # weights Keras names by a global counter (ConvNeXt's LayerScale), by position,
-        # which these models keep.
-        def by_layer(grads):
-            return {"/".join(path.split("/")[-2:]): g for path, g in grads.items()}
-        named_a, named_b = by_layer(grads_a), by_layer(grads_b)
-        if named_a.keys() == named_b.keys() and len(named_a) == len(grads_a):
-            grads_a, grads_b = named_a, named_b
-        else:
-            grads_b = dict(zip(grads_a, grads_b.values()))
+    assert grads_a.keys() == grads_b.keys()  # every variable path kept
     scale = max(float(np.abs(g.numpy()).max()) for g in grads_a.values())
     for path, g in grads_a.items():
         assert grads_b[path].shape == g.shape, path

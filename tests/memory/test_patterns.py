@@ -193,4 +193,5 @@ def test_a_segment_that_starts_at_a_relu_only_it_reads_starts_before_it(float64)
     assert_same_training_step(model, new, images)
     # A ReLU read outside the segment too stays outside it.
     both = memory.rewrite(keras.Model(x, [out, r]), recompute=[segment])
-    assert both.get_layer("block").input is both.get_layer("r").output
+    # (`r` is kept, not rebuilt: its `.output` is its first call's, in `model`.)
+    assert both.get_layer("block").input._keras_history.operation is both.get_layer("r")

@@ -339,3 +339,29 @@ def test_a_relu_used_by_convs_and_relus_is_fused_into_each_and_not_made(float64)
     kept = keras.Model(x, keras.layers.Add()([r, keras.layers.Conv2D(6, 1, name="c2")(r)]))
     assert memory.changes(kept).fused == []
     assert "r" in {layer.name for layer in memory.rewrite(kept).layers}
+
+
+def test_nested_sequentials_and_name_scopes_keep_every_path_and_the_model_its_graph(float64):
+    """ConvNeXt's stem and keras-hub's SegFormer head are nested `Sequential`s, NASNet
+    builds its blocks under `name_scope`s: a twin gets the path its original had, and
+    a Sequential is rewritten like a functional model. Layers the rewrite keeps are the
+    original's own, so a second rewrite of the same model (which now shares them) must
+    see the same patterns."""
+    x = keras.Input((9, 11, 3))
+    with keras.name_scope("scoped"):
+        y = keras.layers.BatchNormalization(name="bn")(keras.layers.Conv2D(4, 3, name="c")(x))
+    block = keras.Sequential([keras.layers.ReLU(), keras.layers.Conv2D(4, 1, use_bias=False),
+                              keras.layers.BatchNormalization(), keras.layers.ReLU()])
+    model = keras.Model(x, keras.layers.Conv2D(2, 1, name="head")(block(y)))
+    paths = sorted(w.path for w in model.weights)
+    assert "scoped/bn/gamma" in paths and any(p.startswith(block.name + "/") for p in paths)
+    before = str(memory.changes(model))
+    new = memory.rewrite(model)
+    assert isinstance(new.get_layer("bn"), InplaceBatchNormalization)
+    inner = new.get_layer(block.name)
+    assert isinstance(inner, keras.Model) and inner is not block
+    assert any(isinstance(layer, InplaceBatchNormalization) for layer in inner.layers)
+    assert sorted(w.path for w in new.weights) == paths
+    assert str(memory.changes(model)) == before
+    assert sorted(w.path for w in memory.rewrite(model).weights) == paths
+    assert_same_training_step(model, new, tf.constant(np.random.RandomState(0).rand(2, 9, 11, 3)))

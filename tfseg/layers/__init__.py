@@ -8,18 +8,24 @@ from tfseg.layers.keep_input import lean_conv, lean_max_pool
 from tfseg.layers.fused_conv import (ActivationConv2D, ActivationDepthwiseConv2D,
                                      ActivationMaxPooling2D,
                                      LeanDepthwiseConv2D, ReluConv2D, ReluDepthwiseConv2D)
+from tfseg.layers.layer_norm import InplaceLayerNormalization, inplace_layer_norm
+from tfseg.layers.fused_dense import ActivationDense
+from tfseg.layers.attention import LeanMultiHeadAttention, lean_attention
 from tfseg.layers.resize import ResizeLike
 from tfseg.layers.class_shards import ClassShards, ShardedLogits, shard_bounds
 
 __all__ = [
     "ActivationConv2D",
+    "ActivationDense",
     "ActivationDepthwiseConv2D",
     "ActivationMaxPooling2D",
     "ClassShards",
     "GAMMA_EPSILON",
     "InplaceBatchNormalization",
     "InplaceGroupNormalization",
+    "InplaceLayerNormalization",
     "LeanDepthwiseConv2D",
+    "LeanMultiHeadAttention",
     "Recompute",
     "ReluConv2D",
     "ReluDepthwiseConv2D",
@@ -28,6 +34,8 @@ __all__ = [
     "ShardedLogits",
     "inplace_batch_norm",
     "inplace_group_norm",
+    "inplace_layer_norm",
+    "lean_attention",
     "lean_conv",
     "lean_max_pool",
     "shard_bounds",

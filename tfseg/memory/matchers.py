@@ -40,6 +40,19 @@ class Graph:
             for tensor in node.input_tensors:
                 self.consumers[id(tensor)].append(node)
         self.outputs = {id(t) for t in model.outputs}
+        # Counted in this graph: a layer a rewrite kept is also called in the new model.
+        self._uses = collections.Counter(id(node.operation) for node in self.nodes)
+
+    def shared(self, layer):
+        """Whether this graph calls `layer` more than once (a twin would run in two places)."""
+        return self._uses[id(layer)] != 1
+
+    def node_of(self, name):
+        """This graph's node of the layer called `name`, called once."""
+        nodes = [node for node in self.nodes if node.operation.name == name]
+        if len(nodes) != 1:
+            raise ValueError(f"{self.model.name}: no layer {name!r} called once")
+        return nodes[0]
 
     def only_consumer(self, node):
         """The single node that uses `node`'s single output, else None."""
@@ -73,16 +86,16 @@ def activation_chain(graph, node):
         else:
             break
         parent = graph.sole_feeder(parent)
-    if act is not None and len(act.operation._inbound_nodes) != 1:
+    if act is not None and graph.shared(act.operation):
         return None, None  # a shared activation layer would still run elsewhere
     return (act, pad) if act is not None else (None, None)
 
 
-def fusable_conv(layer, fuse_relu_depthwise, fuse_relu_conv):
+def fusable_conv(graph, layer, fuse_relu_depthwise, fuse_relu_conv):
     """The twin that can take a ReLU into `layer`, a conv, or None."""
     if type(layer) not in (keras.layers.DepthwiseConv2D, keras.layers.Conv2D):
         return None
-    if len(layer._inbound_nodes) != 1 or layer.data_format != "channels_last":
+    if graph.shared(layer) or layer.data_format != "channels_last":
         return None
     if type(layer) is keras.layers.DepthwiseConv2D:
         return ReluDepthwiseConv2D if fuse_relu_depthwise else None
@@ -107,11 +120,11 @@ def shared_relus(graph, taken, fuse_relu_depthwise, fuse_relu_conv, fold_adds):
         users = graph.consumers[id(node.outputs[0])] if len(node.outputs) == 1 else []
         if (len(users) < 2 or id(node) in taken or not elementwise.is_plain_relu(node.operation)
                 or id(node.outputs[0]) in graph.outputs
-                or len(node.operation._inbound_nodes) != 1):
+                or graph.shared(node.operation)):
             continue
         twins, adds = {}, set()
         for user in users:
-            twin = fusable_conv(user.operation, fuse_relu_depthwise, fuse_relu_conv)
+            twin = fusable_conv(graph, user.operation, fuse_relu_depthwise, fuse_relu_conv)
             if twin is not None and id(user) not in taken:
                 twins[user.operation.name] = twin
             elif id(user) not in taken and foldable(user, node.outputs[0]):
@@ -128,7 +141,7 @@ def norm_folds(graph, taken, node, tensor, other):
     beside `other`: the norm feeds only it, once, at `other`'s shape."""
     norm = producer(tensor)
     return (not norm.is_input and id(norm) not in taken
-            and len(norm.operation._inbound_nodes) == 1 and graph.only_consumer(norm) is node
+            and not graph.shared(norm.operation) and graph.only_consumer(norm) is node
             and other is not tensor and tuple(other.shape) == tuple(tensor.shape))
 
 
@@ -158,7 +171,7 @@ def separable_chain(graph, conv):
         chain, node = [node, *chain], graph.sole_feeder(node)
     while node is not None and type(node.operation) in (*_ACTIVATIONS, keras.layers.ZeroPadding2D):
         chain, node = [node, *chain], graph.sole_feeder(node)
-    if any(len(n.operation._inbound_nodes) != 1 for n in chain):
+    if any(graph.shared(n.operation) for n in chain):
         return None  # a shared layer would run in two places
     return chain
 
@@ -170,7 +183,7 @@ def relu_start(graph, start, inside):
     instead of a second tensor of that size, and runs the ReLU again."""
     node = producer(start)
     if (node.is_input or not elementwise.is_plain_relu(node.operation) or id(node) in inside
-            or id(start) in graph.outputs or len(node.operation._inbound_nodes) != 1):
+            or id(start) in graph.outputs or graph.shared(node.operation)):
         return None
     return node if all(id(user) in inside for user in graph.consumers[id(start)]) else None
 
@@ -200,7 +213,7 @@ def scaled_input(graph, conv):
     (squeeze-and-excitation's channel weights) that feeds nothing else, else None."""
     node = graph.sole_feeder(conv)
     if (node is None or type(node.operation) is not keras.layers.Multiply
-            or len(node.input_tensors) != 2 or len(node.operation._inbound_nodes) != 1):
+            or len(node.input_tensors) != 2 or graph.shared(node.operation)):
         return None
     for full, scale in (node.input_tensors, node.input_tensors[::-1]):
         if (len(full.shape) == 4 and tuple(scale.shape) == (full.shape[0], 1, 1, full.shape[3])

@@ -6,6 +6,9 @@ import keras
 
 from tfseg.layers import (
     ActivationConv2D,
+    ActivationDense,
+    InplaceLayerNormalization,
+    LeanMultiHeadAttention,
     ActivationDepthwiseConv2D,
     ActivationMaxPooling2D,
     LeanDepthwiseConv2D,
@@ -29,6 +32,9 @@ class Changes:
     fused: list = dataclasses.field(default_factory=list)  # (activation, conv) pairs
     lean: list = dataclasses.field(default_factory=list)  # dilated depthwise convs
     inplace: list = dataclasses.field(default_factory=list)  # norm layers
+    layer_norms: list = dataclasses.field(default_factory=list)  # output-only layer norms
+    attention: list = dataclasses.field(default_factory=list)  # LeanMultiHeadAttention
+    kept_stock: list = dataclasses.field(default_factory=list)  # (layer name, why it has no twin)
     recomputed: list = dataclasses.field(default_factory=list)  # segment names
     residual: list = dataclasses.field(default_factory=list)  # (norm, Add) pairs folded
     serial: dict = dataclasses.field(default_factory=dict, repr=False)  # name -> branch node ids
@@ -52,8 +58,10 @@ class Changes:
             f"pairs, "
             f"made {len(self.lean)} dilated depthwise convs lean and {len(self.inplace)} norms "
             f"output-only ({len(self.residual)} with their residual add), folded "
-            f"{len(self.scaled)} channel scales into convs, recomputing "
+            f"{len(self.scaled)} channel scales into convs, made {len(self.layer_norms)} layer "
+            f"norms output-only and {len(self.attention)} attention layers lean, recomputing "
             f"{len(self.recomputed)} blocks"
+            + "".join(f"; kept {name} stock: {why}" for name, why in self.kept_stock)
         )
 
 
@@ -74,8 +82,48 @@ def _take_activation(result, graph, node, relu_twin, twin):
     return True
 
 
+def _layer_norm(result, layer):
+    """Records an output-only twin for a stock `LayerNormalization`, or why not."""
+    if layer.name in result.replacements or layer.rms_scaling:
+        return
+    if layer.scale and isinstance(layer.gamma_initializer, keras.initializers.Zeros):
+        # Its output-only backward divides by gamma: it would start at the guard.
+        result.kept_stock.append((layer.name, "gamma starts at zero"))
+        return
+    result.layer_norms.append(layer.name)
+    result.replacements[layer.name] = (InplaceLayerNormalization, {})
+
+
+def _attention(result, layer):
+    """Records a `LeanMultiHeadAttention` for a stock `MultiHeadAttention`, or why not."""
+    if layer.name in result.replacements:
+        return
+    if layer.dropout > 0:
+        result.kept_stock.append((layer.name, "dropout on its probabilities (a twin would "
+                                              "have to replay the random mask)"))
+        return
+    result.attention.append(layer.name)
+    result.replacements[layer.name] = (LeanMultiHeadAttention, {})
+
+
+def _take_dense_activation(result, graph, node):
+    """Records an `ActivationDense` for an elementwise activation -> `node` (a stock
+    `Dense`, not LoRA or quantized): a transformer MLP's GELU output is not kept."""
+    layer = node.operation
+    if getattr(layer, "lora_enabled", False) or getattr(layer, "quantization_mode", None):
+        return
+    act, pad = activation_chain(graph, node)
+    if act is None or pad is not None:
+        return
+    result.fused.append((act.operation.name, layer.name))
+    result.skipped.add(id(act))
+    result.replacements[layer.name] = (
+        ActivationDense, {"input_activation": elementwise.serialize(act.operation)})
+
+
 def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
-            inplace_norm=True, lean_dilated=True, recompute=None, fold_residual=True):
+            inplace_norm=True, lean_dilated=True, recompute=None, fold_residual=True,
+            lean_attention=True):
     """Finds what `rewrite` would change, without building anything. See `rewrite`."""
     graph = Graph(model)
     result = Changes(recomputed=[segment.name for segment in recompute or ()])
@@ -130,11 +178,17 @@ def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         if inplace_norm and type(layer) in NORM_TWINS and layer.name not in result.replacements:
             result.inplace.append(layer.name)  # once, also for a layer called twice
             result.replacements[layer.name] = (NORM_TWINS[type(layer)], {})
-        if (type(layer) is keras.layers.MaxPooling2D and len(layer._inbound_nodes) == 1
+        if (type(layer) is keras.layers.MaxPooling2D and not graph.shared(layer)
                 and layer.data_format == "channels_last" and fuse_relu_conv):
             _take_activation(result, graph, node, ActivationMaxPooling2D, ActivationMaxPooling2D)
+        if inplace_norm and type(layer) is keras.layers.LayerNormalization:
+            _layer_norm(result, layer)
+        if lean_attention and type(layer) is keras.layers.MultiHeadAttention:
+            _attention(result, layer)
+        if type(layer) is keras.layers.Dense and fuse_relu_conv and not graph.shared(layer):
+            _take_dense_activation(result, graph, node)
         conv_types = (keras.layers.DepthwiseConv2D, keras.layers.Conv2D)
-        if type(layer) not in conv_types or len(layer._inbound_nodes) != 1:
+        if type(layer) not in conv_types or graph.shared(layer):
             continue
         if layer.data_format != "channels_last" or getattr(layer, "groups", 1) != 1:
             continue

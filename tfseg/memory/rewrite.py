@@ -16,10 +16,36 @@ def is_functional(model):
     return isinstance(model, keras.Model) and hasattr(model, "_nodes_by_depth")
 
 
+def as_functional(model):
+    """`model` as a functional model of the same layers, or None where it has no graph.
+
+    A built `keras.Sequential` (ConvNeXt's stem and downsampling blocks) is a chain
+    of layers over symbolic inputs, so a functional model over the same nodes
+    computes the same thing and can be rewritten.
+    """
+    if is_functional(model):
+        return model
+    if isinstance(model, keras.Sequential) and getattr(model, "_functional", None) is not None:
+        return keras.Model(model.inputs, model.outputs, name=model.name)
+    return None
+
+
+def _same_scope(twin, layer):
+    """Gives `twin` the name scope `layer` was first called in, so its variables get
+    `layer`'s paths (a Sequential's name, NASNet's `name_scope`s, keras-hub's blocks).
+
+    Keras 3 records that scope in `_parent_path` on a layer's first call and builds its
+    variables under it; there is no public way to set it.
+    """
+    twin._parent_path = getattr(layer, "_parent_path", None)
+    return twin
+
+
 def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
             inplace_norm=True, lean_dilated=True, recompute=None, recompute_layer=Recompute,
-            fold_residual=True):
-    """Returns a new functional model with the memory-saving twins and the same weights.
+            fold_residual=True, lean_attention=True):
+    """Returns a functional model with the memory-saving twins, the same weights and
+    the same variable paths.
 
     Args:
       model: a functional `keras.Model`.
@@ -39,9 +65,11 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         `ReluConv2D` or `ActivationConv2D`, and -> MaxPooling2D, by
         `ActivationMaxPooling2D` (ResNet's stem); also a squeeze-and-excitation
         `Multiply([x, s])` -> Conv2D, by `ActivationConv2D(x, scale=s)`, which
-        does not keep the product.
-      inplace_norm: replace every stock `BatchNormalization` and
-        `GroupNormalization` by its output-only twin.
+        does not keep the product; and -> Dense, by `ActivationDense` (a
+        transformer MLP's GELU output is not kept).
+      inplace_norm: replace every stock `BatchNormalization`, `GroupNormalization`
+        and `LayerNormalization` by its output-only twin (a layer norm whose gamma
+        starts at zero stays stock, and the log says so).
       lean_dilated: replace the other dilated `DepthwiseConv2D`s by
         `LeanDepthwiseConv2D`, which does not keep a space-to-batch copy.
       recompute: a sequence of `Segment`s to wrap in `Recompute` (in
@@ -57,41 +85,58 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         stay. Where the other input is a plain ReLU's output that only convs and
         such Adds read (ResNet's block outputs), that ReLU is not made at all: the
         convs take it in and the norm adds relu(input) (`residual_relu`).
+      lean_attention: replace every stock `MultiHeadAttention` by
+        `LeanMultiHeadAttention`, which computes its probabilities again in the
+        backward pass instead of keeping them (one with dropout stays stock, and the
+        log says so).
 
-    A functional model nested inside (`is_functional`: a backbone inside a task
-    model) is rewritten the same way, with the same options (`recompute` names the
-    outer model's layers only). Operations that are not layers (`x + y`) are kept.
-    Everything else is rebuilt from its config unchanged. What was rewritten is
-    logged on the "tfseg.memory" logger; `changes()` returns it without building.
+    A model nested inside (a backbone inside a task model, a `Sequential` block:
+    `as_functional`) is rewritten the same way, with the same options (`recompute`
+    names the outer model's layers only). Every other layer, and every operation
+    that is not a layer (`x + y`), is the original's own: the rewritten model
+    shares it and its variables with `model`, so train one of the two, not both.
+    A twin is a new layer built from its original's config, holding a copy of its
+    weights under the same paths. What was rewritten is logged on the
+    "tfseg.memory" logger; `changes()` returns it without building.
+
+    Example:
+
+    >>> stock = keras.applications.MobileNetV2(weights=None, input_shape=(64, 64, 3))
+    >>> saving = rewrite(stock)
+    >>> sorted(w.path for w in saving.weights) == sorted(w.path for w in stock.weights)
+    True
     """
     graph = Graph(model)
     summary = changes(model, fuse_separable, fuse_relu_depthwise, fuse_relu_conv, inplace_norm,
-                      lean_dilated, recompute, fold_residual)
+                      lean_dilated, recompute, fold_residual, lean_attention)
     folded = {id(norm) for norm, _ in summary.folds.values()}
     multiplies = {id(multiply) for multiply, _, _ in summary.scaled.values()}
     new_layers, rebuilt = {}, []
     options = dict(fuse_separable=fuse_separable, fuse_relu_depthwise=fuse_relu_depthwise,
                    fuse_relu_conv=fuse_relu_conv, inplace_norm=inplace_norm,
                    lean_dilated=lean_dilated, recompute_layer=recompute_layer,
-                   fold_residual=fold_residual)
+                   fold_residual=fold_residual, lean_attention=lean_attention)
     opaque = [n.operation.name for n in graph.nodes
-              if isinstance(n.operation, keras.Model) and not is_functional(n.operation)]
+              if isinstance(n.operation, keras.Model) and as_functional(n.operation) is None]
     if opaque:
-        log.warning("%s: nested models that are not functional are copied as they are, "
+        log.warning("%s: nested models without a graph of layers are kept as they are, "
                     "not rewritten: %s", model.name, opaque)
 
     def twin(layer):
         if layer not in new_layers:
-            if not isinstance(layer, keras.layers.Layer):
-                # An operation that is not a layer (`x + y` in a functional graph
-                # makes one): no weights, nothing to rebuild; it makes a new node.
-                new_layers[layer] = layer
-            elif is_functional(layer):  # a backbone inside a task model: rewritten too
-                new_layers[layer] = rewrite(layer, **options)
-            else:
-                cls, extra = summary.replacements.get(layer.name, (type(layer), {}))
-                new_layers[layer] = cls.from_config({**layer.get_config(), **extra})
+            nested = as_functional(layer) if isinstance(layer, keras.Model) else None
+            if nested is not None:  # a backbone inside a task model: rewritten too
+                new_layers[layer] = rewrite(nested, **options)
+            elif isinstance(layer, keras.layers.Layer) and layer.name in summary.replacements:
+                cls, extra = summary.replacements[layer.name]
+                new_layers[layer] = _same_scope(cls.from_config({**layer.get_config(), **extra}),
+                                                layer)
                 rebuilt.append(layer)  # its weights are copied once it is built
+            else:
+                # Kept: the layer itself, so no config needs to round-trip (keras-hub's
+                # often do not) and its variables keep their paths. An operation that
+                # is not a layer (`x + y` in a functional graph) has nothing to keep.
+                new_layers[layer] = layer
         return new_layers[layer]
 
     def block(name, inside, start, tail, end):

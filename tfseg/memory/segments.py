@@ -31,10 +31,11 @@ def producer(tensor):
 
 def segment_nodes(graph, segment):
     """The nodes of a `Segment`, its input tensor and its last node; checks it is cut off."""
-    start = graph.model.get_layer(segment.start).output
-    end = graph.model.get_layer(segment.end)
+    start = graph.node_of(segment.start).outputs[0]
+    last = graph.node_of(segment.end)
+    end = last.operation
     # Walk back from the end to the start tensor.
-    inside, stack = set(), [end._inbound_nodes[0]]
+    inside, stack = set(), [last]
     while stack:
         node = stack.pop()
         if id(node) in inside:
@@ -55,7 +56,7 @@ def segment_nodes(graph, segment):
                 if id(tensor) in graph.outputs or any(id(user) not in inside for user in used):
                     raise ValueError(f"recompute segment {segment.name!r}: "
                                      f"{node.operation.name!r} is used outside it")
-    return inside, start, end._inbound_nodes[0]
+    return inside, start, last
 
 
 def branch_nodes(segment, inside, start, end, shared=frozenset()):

@@ -1,0 +1,67 @@
+"""`LeanMultiHeadAttention` against `keras.layers.MultiHeadAttention`."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfseg.layers import LeanMultiHeadAttention
+from tests.memory.test_patterns import kept_bytes
+
+
+def models(cls, tokens=9, keys=7, width=12, heads=3, mask=False, **options):
+    query, value = keras.Input((tokens, width)), keras.Input((keys, width))
+    kwargs = {}
+    if mask:  # each query sees the first i + 1 keys at most
+        kwargs["attention_mask"] = np.tril(np.ones((tokens, keys), bool))[None]
+    out = cls(heads, 4, name="attention", **options)(query, value, **kwargs)
+    return keras.Model([query, value], out)
+
+
+def pair(**options):
+    stock = models(keras.layers.MultiHeadAttention, **options)
+    lean = models(LeanMultiHeadAttention, **options)
+    lean.set_weights(stock.get_weights())
+    return stock, lean
+
+
+def step(model, inputs, upstream, training=True):
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        loss = tf.reduce_sum(model(inputs, training=training) * upstream)
+    grads = tape.gradient(loss, [*inputs, *model.trainable_weights])
+    return loss, {"query": grads[0], "value": grads[1],
+                  **{w.path: g for w, g in zip(model.trainable_weights, grads[2:])}}
+
+
+@pytest.mark.parametrize("options", [{}, {"mask": True}, {"value_dim": 5},
+                                     {"dropout": 0.5, "training": False}])
+def test_outputs_and_gradients_equal_stock_in_float64(float64, options):
+    training = options.pop("training", True)
+    stock, lean = pair(**options)
+    rng = np.random.RandomState(0)
+    inputs = [tf.constant(rng.randn(2, 9, 12)), tf.constant(rng.randn(2, 7, 12))]
+    upstream = tf.constant(rng.randn(2, 9, 12))
+    np.testing.assert_allclose(lean(inputs).numpy(), stock(inputs).numpy(), rtol=1e-12,
+                               atol=1e-13)
+    (loss_a, expected), (loss_b, got) = (step(m, inputs, upstream, training)
+                                         for m in (stock, lean))
+    assert expected.keys() == got.keys()
+    for path, g in expected.items():
+        np.testing.assert_allclose(got[path].numpy(), g.numpy(), rtol=1e-10, atol=1e-12,
+                                   err_msg=path)
+
+
+def test_dropout_in_training_runs_the_stock_code():
+    stock, lean = pair(dropout=0.5)
+    inputs = [tf.ones([1, 9, 12]), tf.ones([1, 7, 12])]
+    assert lean(inputs, training=True).shape == stock(inputs, training=True).shape
+
+
+def test_it_does_not_keep_the_probabilities():
+    """4 x 3 heads x 65 x 65 float32 probabilities: stock keeps them, the twin not."""
+    stock, lean = pair(tokens=65, keys=65)
+    rng = np.random.RandomState(0)
+    inputs = [tf.constant(rng.randn(4, 65, 12).astype("float32")) for _ in range(2)]
+    probabilities = 4 * 3 * 65 * 65 * 4
+    assert kept_bytes(stock, inputs) - kept_bytes(lean, inputs) >= probabilities

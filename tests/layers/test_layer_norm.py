@@ -1,0 +1,77 @@
+"""The output-only layer norm against `keras.layers.LayerNormalization`."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfseg.layers import InplaceLayerNormalization
+from tests.memory.test_patterns import kept_bytes
+
+
+def pair(x, **kwargs):
+    stock = keras.layers.LayerNormalization(**kwargs)
+    twin = InplaceLayerNormalization(**kwargs)
+    stock.build(x.shape)
+    twin.build(x.shape)
+    rng = np.random.RandomState(1)
+    for w in stock.weights:  # away from 1 and 0, so a swapped gamma and beta would show
+        w.assign(rng.uniform(0.5, 2.0, w.shape) * rng.choice([-1, 1], w.shape))
+    twin.set_weights(stock.get_weights())
+    return stock, twin
+
+
+def step(layer, x, upstream):
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x)
+        loss = tf.reduce_sum(y * upstream)
+    return [y, *tape.gradient(loss, [x, *layer.trainable_weights])]
+
+
+@pytest.mark.parametrize("shape, options", [
+    ((3, 7, 13), {}),
+    ((2, 5, 9, 6), {"epsilon": 1e-6}),
+    ((2, 5, 9, 6), {"axis": [1, 2, 3]}),  # gamma and beta of [5, 9, 6]
+    ((3, 7, 13), {"center": False}),
+    ((3, 7, 13), {"scale": False}),
+])
+def test_outputs_and_gradients_equal_stock_in_float64(float64, shape, options):
+    x = tf.constant(np.random.RandomState(0).randn(*shape) * 3 + 1)
+    upstream = tf.constant(np.random.RandomState(2).randn(*shape))
+    stock, twin = pair(x, **options)
+    expected, got = step(stock, x, upstream), step(twin, x, upstream)
+    np.testing.assert_array_equal(got[0].numpy(), expected[0].numpy())
+    for a, b, what in zip(expected[1:], got[1:], ["x", "gamma", "beta"]):
+        scale = float(np.abs(a.numpy()).max())
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-10, atol=1e-12 * scale,
+                                   err_msg=what)
+
+
+def test_float32_and_mixed_precision_match_stock():
+    x = tf.constant(np.random.RandomState(0).randn(4, 6, 32).astype("float32"))
+    upstream = tf.constant(np.random.RandomState(2).randn(4, 6, 32).astype("float32"))
+    stock, twin = pair(x, epsilon=1e-6)
+    expected, got = step(stock, x, upstream), step(twin, x, upstream)
+    for a, b in zip(expected, got):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-4, atol=1e-4)
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        stock_bf, twin_bf = pair(x, epsilon=1e-6)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    np.testing.assert_array_equal(twin_bf(x).numpy(), stock_bf(x).numpy())
+
+
+def test_it_keeps_its_output_not_its_input():
+    """x -> Dense -> norm -> Dense: stock keeps the norm's input and output (the
+    second Dense's input); the twin keeps the output only."""
+    def model(norm):
+        inputs = keras.Input((16, 64))
+        h = keras.layers.Dense(64, name="a")(inputs)
+        return keras.Model(inputs, keras.layers.Dense(8, name="b")(norm(name="n")(h)))
+    x = tf.constant(np.random.RandomState(0).randn(4, 16, 64).astype("float32"))
+    row = 4 * 16 * 64 * 4
+    stock, twin = (kept_bytes(model(cls), x) for cls in (keras.layers.LayerNormalization,
+                                                          InplaceLayerNormalization))
+    assert stock - twin >= row

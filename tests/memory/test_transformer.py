@@ -1,0 +1,67 @@
+"""The rewrite of transformer blocks built from stock Keras layers (as ConvNeXt and
+ViT-style functional models are): output-only layer norms and the MLP's activation
+taken into its second Dense, exact in float64, with every path kept."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfseg import memory
+from tfseg.layers import ActivationDense, InplaceLayerNormalization, LeanMultiHeadAttention
+from tests.memory.test_patterns import kept_bytes
+from tests.memory.test_rewrite import assert_same_training_step
+
+
+def vit_block(tokens=9, width=16, heads=2, dropped=True):
+    x = keras.Input((tokens, width))
+    h = keras.layers.LayerNormalization(epsilon=1e-6, name="ln1")(x)
+    h = keras.layers.MultiHeadAttention(heads, width // heads, name="attention")(h, h)
+    x1 = keras.layers.Add(name="add1")([x, h])
+    h = keras.layers.LayerNormalization(epsilon=1e-6, name="ln2")(x1)
+    h = keras.layers.Dense(4 * width, name="mlp_up")(h)
+    h = keras.layers.Activation("gelu", name="mlp_gelu")(h)
+    h = keras.layers.Dense(width, name="mlp_down")(h)
+    x2 = keras.layers.Add(name="add2")([x1, h])
+    h = keras.layers.LayerNormalization(gamma_initializer="zeros", name="ln_zero")(x2)
+    if dropped:
+        h = keras.layers.MultiHeadAttention(heads, width // heads, dropout=0.1,
+                                            name="dropped")(h, h)
+    return keras.Model(x, keras.layers.Dense(3, name="head")(h))
+
+
+def test_a_transformer_block_gets_its_twins_and_stays_exact(float64):
+    model = vit_block()
+    for w in model.weights:  # gamma away from its zero start, so the check is not vacuous
+        w.assign(np.random.RandomState(len(w.path)).uniform(-1, 1, w.shape))
+    summary = memory.changes(model)
+    assert summary.layer_norms == ["ln1", "ln2"]
+    assert ("mlp_gelu", "mlp_down") in summary.fused
+    assert summary.attention == ["attention"]
+    assert [name for name, _ in summary.kept_stock] == ["ln_zero", "dropped"]
+    assert "kept ln_zero stock: gamma starts at zero" in str(summary)
+    assert "kept dropped stock: dropout on its probabilities" in str(summary)
+    new = memory.rewrite(model)
+    assert isinstance(new.get_layer("ln1"), InplaceLayerNormalization)
+    assert type(new.get_layer("ln_zero")) is keras.layers.LayerNormalization
+    assert isinstance(new.get_layer("attention"), LeanMultiHeadAttention)
+    assert type(new.get_layer("dropped")) is keras.layers.MultiHeadAttention
+    down = new.get_layer("mlp_down")
+    assert isinstance(down, ActivationDense) and down.input_activation == "gelu"
+    assert "mlp_gelu" not in {layer.name for layer in new.layers}
+    assert sorted(w.path for w in new.weights) == sorted(w.path for w in model.weights)
+    # Without the dropout layer: its random masks differ from call to call.
+    model = vit_block(dropped=False)
+    for w in model.weights:
+        w.assign(np.random.RandomState(len(w.path)).uniform(-1, 1, w.shape))
+    assert_same_training_step(model, memory.rewrite(model),
+                              tf.constant(np.random.RandomState(0).randn(2, 9, 16)))
+
+
+def test_the_block_keeps_less():
+    """The twins drop the layer norms' inputs, the GELU's output (4x the width) and the
+    attention probabilities (2 heads x 33 x 33 a sample)."""
+    model = vit_block(tokens=33, width=32)
+    tokens = tf.constant(np.random.RandomState(0).randn(4, 33, 32).astype("float32"))
+    row, probabilities = 4 * 33 * 32 * 4, 4 * 2 * 33 * 33 * 4
+    saved = kept_bytes(model, tokens) - kept_bytes(memory.rewrite(model), tokens)
+    assert saved >= 2 * row + 4 * row + probabilities

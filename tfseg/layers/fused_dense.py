@@ -1,0 +1,68 @@
+"""A Dense layer that takes in the activation before it: the transformer MLP's twin.
+
+In a stock MLP block, Dense(4C) -> GELU -> Dense(C), the GELU keeps its input h and
+the second Dense keeps GELU's output: two tensors of 4x the model width. The twin
+of GELU -> Dense keeps only h and runs the activation again once the output
+gradient arrives (`tfseg.layers.keep_input.lean_conv` with a matmul for a conv), so
+the block keeps one such tensor. Any elementwise activation works
+(`tfseg.layers.elementwise`: GELU, swish, ReLU, ...).
+"""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from tfseg.layers.elementwise import deserialize
+from tfseg.layers.keep_input import lean_conv
+
+
+def _rows(t):
+    return tf.reshape(t, [-1, tf.shape(t)[-1]])
+
+
+def _matmul(t, kernel):
+    return tf.linalg.matmul(t, kernel) if len(t.shape) == 2 else tf.tensordot(t, kernel, 1)
+
+
+def _input_grad(shape, kernel, dy):
+    return tf.reshape(tf.linalg.matmul(_rows(dy), kernel, transpose_b=True), shape)
+
+
+def _kernel_grad(t, shape, dy):
+    return tf.linalg.matmul(_rows(t), _rows(dy), transpose_a=True)
+
+
+@keras.saving.register_keras_serializable(package="tfseg")
+class ActivationDense(keras.layers.Dense):
+    """Drop-in twin of an elementwise activation -> `keras.layers.Dense`.
+
+    Same arguments and variables as the Dense layer it replaces, plus
+    `input_activation` (the activation taken in: "gelu", "relu", a
+    `keras.activations` name or a serialized activation layer). Keeps only the
+    activation's input. Shapes: [..., C] -> [..., units]. LoRA and quantized
+    Dense layers are not twinned (`tfseg.memory.rewrite` keeps them stock).
+
+    Example:
+
+    >>> dense = ActivationDense(8, input_activation="gelu")
+    >>> dense(tf.ones([2, 5, 16])).shape
+    TensorShape([2, 5, 8])
+    """
+
+    def __init__(self, *args, input_activation="gelu", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.input_activation = input_activation
+        fn = deserialize(input_activation)
+        # "relu" keeps TF's ReluGrad (a mask from the input); others are differentiated.
+        self._input_fn = "relu" if fn is keras.activations.relu else fn
+
+    def call(self, inputs, training=None):
+        kernel = ops.cast(self.kernel, self.compute_dtype)
+        outputs = lean_conv(inputs, kernel, conv=_matmul, input_grad=_input_grad,
+                            filter_grad=_kernel_grad, activation=self._input_fn, name=self.name)
+        if self.use_bias:
+            outputs = ops.add(outputs, ops.cast(self.bias, self.compute_dtype))
+        return self.activation(outputs) if self.activation is not None else outputs
+
+    def get_config(self):
+        return {**super().get_config(), "input_activation": self.input_activation}

@@ -1,0 +1,106 @@
+"""Output-only layer normalisation: the transformer blocks' norm, keeping y.
+
+The stock `keras.layers.LayerNormalization` keeps its input x for the backward
+pass. The twin keeps its output y (which the next layer, a Dense or an attention
+projection, keeps anyway) and the per-row statistics, and rebuilds
+x_hat = (y - beta) / gamma once the gradient arrives: the output-only batch norm's
+idea (`tfseg.layers.inplace_norm`; Rota Bulo et al., CVPR 2018,
+https://arxiv.org/abs/1712.02616) applied per row, as in Ba et al., "Layer
+Normalization", https://arxiv.org/abs/1607.06450.
+
+Gamma guard: as the batch norm twin's (`GAMMA_EPSILON`): where |gamma| is below it,
+the output differs from stock by at most that times |x_hat|; elsewhere it is the
+stock layer's to the bit. `tfseg.memory.rewrite` keeps the stock layer, and says
+so, where gamma starts at zero.
+"""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from tfseg.layers.inplace_norm import GAMMA_EPSILON, _gated, _guard
+
+
+def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPSILON,
+                       name=None):
+    """Layer norm over `axis` (sorted ints >= 0) of `x`, keeping only y and the
+    per-row mean and 1/std.
+
+    Args:
+      x: any shape; normalised over `axis`.
+      gamma, beta: the scale and offset, broadcastable to x (None: 1 and 0).
+      epsilon: added to the variance.
+      name: the name scope of the backward pass's ops (e.g. the layer's name).
+
+    Returns y in x's dtype; the arithmetic is `keras.ops.layer_normalization`'s, in
+    float32 for half types, so outputs equal the stock layer's.
+    """
+    dtype = tf.float64 if x.dtype == tf.float64 else tf.float32
+    x_dtype = x.dtype
+    others = [i for i in range(len(x.shape)) if i not in axis]
+    params = [p for p in (gamma, beta) if p is not None]
+
+    @tf.custom_gradient
+    def forward(x, *params):
+        # stop_gradient: eager ops in here would otherwise stay on the outer tape (P1).
+        xs = tf.cast(tf.stop_gradient(x), dtype)
+        mean, variance = ops.moments(xs, axes=axis, keepdims=True)
+        inv_std = tf.math.rsqrt(variance + epsilon)
+        g = None if gamma is None else _guard(tf.cast(tf.stop_gradient(gamma), dtype),
+                                              gamma_epsilon)
+        b = None if beta is None else tf.cast(tf.stop_gradient(beta), dtype)
+        inv = inv_std if g is None else inv_std * g
+        shift = -mean * inv if b is None else -mean * inv + b
+        y = tf.cast(xs * inv + shift, x_dtype)
+
+        def backward(dy):
+            with tf.name_scope(name or "layer_norm"):
+                dy32 = tf.cast(dy, dtype)
+                y_gated = tf.cast(_gated(y, dy), dtype)  # P2: rebuilt only once dy exists
+                x_hat = y_gated if b is None else y_gated - b
+                x_hat = x_hat if g is None else x_hat / g
+                dxhat = dy32 if g is None else dy32 * g
+                dx = inv_std * (dxhat - tf.reduce_mean(dxhat, axis, keepdims=True)
+                                - x_hat * tf.reduce_mean(dxhat * x_hat, axis, keepdims=True))
+                grads = [tf.cast(dx, x_dtype)]
+                if gamma is not None:
+                    grads.append(tf.cast(tf.reshape(tf.reduce_sum(dy32 * x_hat, others),
+                                                    tf.shape(gamma)), gamma.dtype))
+                if beta is not None:
+                    grads.append(tf.cast(tf.reshape(tf.reduce_sum(dy32, others),
+                                                    tf.shape(beta)), beta.dtype))
+                return grads
+
+        return y, backward
+
+    return forward(x, *params)
+
+
+@keras.saving.register_keras_serializable(package="tfseg")
+class InplaceLayerNormalization(keras.layers.LayerNormalization):
+    """Drop-in twin of `keras.layers.LayerNormalization` that keeps only its output.
+
+    Same arguments, variables (gamma, beta), names and order, so checkpoints load
+    either way. `rms_scaling=True` runs the stock code. Shapes: any -> the same.
+
+    Example:
+
+    >>> norm = InplaceLayerNormalization(epsilon=1e-6)
+    >>> norm(tf.ones([2, 5, 8])).shape
+    TensorShape([2, 5, 8])
+    """
+
+    def call(self, inputs):
+        if self.rms_scaling:
+            return super().call(inputs)
+        rank = len(inputs.shape)
+        axis = sorted(a % rank for a in ([self.axis] if isinstance(self.axis, int) else self.axis))
+        shape = [inputs.shape[i] if i in axis else 1 for i in range(rank)]
+
+        def param(weight, used):
+            return ops.reshape(weight, shape) if used else None
+
+        y = inplace_layer_norm(inputs, param(self.gamma, self.scale),
+                               param(self.beta, self.center), axis=axis,
+                               epsilon=self.epsilon, name=self.name)
+        return ops.cast(y, self.compute_dtype)
