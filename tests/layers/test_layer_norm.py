@@ -1,17 +1,18 @@
-"""The output-only layer norm against `keras.layers.LayerNormalization`."""
+"""The output-only layer and RMS norms against `keras.layers.LayerNormalization` and
+`keras.layers.RMSNormalization`."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfseg.layers import InplaceLayerNormalization
+from tfseg.layers import InplaceLayerNormalization, InplaceRMSNormalization
 from tests.memory.test_patterns import kept_bytes
 
 
-def pair(x, **kwargs):
-    stock = keras.layers.LayerNormalization(**kwargs)
-    twin = InplaceLayerNormalization(**kwargs)
+def pair(x, rms=False, **kwargs):
+    stock = (keras.layers.RMSNormalization if rms else keras.layers.LayerNormalization)(**kwargs)
+    twin = (InplaceRMSNormalization if rms else InplaceLayerNormalization)(**kwargs)
     stock.build(x.shape)
     twin.build(x.shape)
     rng = np.random.RandomState(1)
@@ -35,6 +36,8 @@ def step(layer, x, upstream):
     ((2, 5, 9, 6), {"axis": [1, 2, 3]}),  # gamma and beta of [5, 9, 6]
     ((3, 7, 13), {"center": False}),
     ((3, 7, 13), {"scale": False}),
+    ((3, 7, 13), {"rms": True}),
+    ((2, 5, 9, 6), {"rms": True, "axis": [2, 3]}),
 ])
 def test_outputs_and_gradients_equal_stock_in_float64(float64, shape, options):
     x = tf.constant(np.random.RandomState(0).randn(*shape) * 3 + 1)
@@ -42,7 +45,7 @@ def test_outputs_and_gradients_equal_stock_in_float64(float64, shape, options):
     stock, twin = pair(x, **options)
     expected, got = step(stock, x, upstream), step(twin, x, upstream)
     np.testing.assert_array_equal(got[0].numpy(), expected[0].numpy())
-    for a, b, what in zip(expected[1:], got[1:], ["x", "gamma", "beta"]):
+    for a, b, what in zip(expected[1:], got[1:], ["x", "gamma (scale)", "beta"]):
         scale = float(np.abs(a.numpy()).max())
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-10, atol=1e-12 * scale,
                                    err_msg=what)

@@ -7,7 +7,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfseg import memory
-from tfseg.layers import ActivationDense, InplaceLayerNormalization, LeanMultiHeadAttention
+from tfseg.layers import (ActivationDense, InplaceLayerNormalization, InplaceRMSNormalization,
+                          LeanMultiHeadAttention)
 from tests.memory.test_patterns import kept_bytes
 from tests.memory.test_rewrite import assert_same_training_step
 
@@ -21,7 +22,7 @@ def vit_block(tokens=9, width=16, heads=2, dropped=True):
     h = keras.layers.Dense(4 * width, name="mlp_up")(h)
     h = keras.layers.Activation("gelu", name="mlp_gelu")(h)
     h = keras.layers.Dense(width, name="mlp_down")(h)
-    x2 = keras.layers.Add(name="add2")([x1, h])
+    x2 = keras.layers.RMSNormalization(name="rms")(keras.layers.Add(name="add2")([x1, h]))
     h = keras.layers.LayerNormalization(gamma_initializer="zeros", name="ln_zero")(x2)
     if dropped:
         h = keras.layers.MultiHeadAttention(heads, width // heads, dropout=0.1,
@@ -34,7 +35,7 @@ def test_a_transformer_block_gets_its_twins_and_stays_exact(float64):
     for w in model.weights:  # gamma away from its zero start, so the check is not vacuous
         w.assign(np.random.RandomState(len(w.path)).uniform(-1, 1, w.shape))
     summary = memory.changes(model)
-    assert summary.layer_norms == ["ln1", "ln2"]
+    assert summary.layer_norms == ["ln1", "ln2", "rms"]
     assert ("mlp_gelu", "mlp_down") in summary.fused
     assert summary.attention == ["attention"]
     assert [name for name, _ in summary.kept_stock] == ["ln_zero", "dropped"]
@@ -42,6 +43,7 @@ def test_a_transformer_block_gets_its_twins_and_stays_exact(float64):
     assert "kept dropped stock: dropout on its probabilities" in str(summary)
     new = memory.rewrite(model)
     assert isinstance(new.get_layer("ln1"), InplaceLayerNormalization)
+    assert isinstance(new.get_layer("rms"), InplaceRMSNormalization)
     assert type(new.get_layer("ln_zero")) is keras.layers.LayerNormalization
     assert isinstance(new.get_layer("attention"), LeanMultiHeadAttention)
     assert type(new.get_layer("dropped")) is keras.layers.MultiHeadAttention

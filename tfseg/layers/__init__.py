@@ -8,7 +8,8 @@ from tfseg.layers.keep_input import lean_conv, lean_max_pool
 from tfseg.layers.fused_conv import (ActivationConv2D, ActivationDepthwiseConv2D,
                                      ActivationMaxPooling2D,
                                      LeanDepthwiseConv2D, ReluConv2D, ReluDepthwiseConv2D)
-from tfseg.layers.layer_norm import InplaceLayerNormalization, inplace_layer_norm
+from tfseg.layers.layer_norm import (InplaceLayerNormalization, InplaceRMSNormalization,
+                                     inplace_layer_norm)
 from tfseg.layers.fused_dense import ActivationDense
 from tfseg.layers.attention import LeanMultiHeadAttention, lean_attention
 from tfseg.layers.resize import ResizeLike
@@ -24,6 +25,7 @@ __all__ = [
     "InplaceBatchNormalization",
     "InplaceGroupNormalization",
     "InplaceLayerNormalization",
+    "InplaceRMSNormalization",
     "LeanDepthwiseConv2D",
     "LeanMultiHeadAttention",
     "Recompute",

@@ -22,9 +22,10 @@ from tfseg.layers.inplace_norm import GAMMA_EPSILON, _gated, _guard
 
 
 def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPSILON,
-                       name=None):
+                       name=None, centered=True):
     """Layer norm over `axis` (sorted ints >= 0) of `x`, keeping only y and the
-    per-row mean and 1/std.
+    per-row mean and 1/std; with `centered=False`, RMS norm (Zhang & Sennrich 2019,
+    https://arxiv.org/abs/1910.07467): x / sqrt(mean(x^2) + epsilon) * gamma.
 
     Args:
       x: any shape; normalised over `axis`.
@@ -32,8 +33,9 @@ def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPS
       epsilon: added to the variance.
       name: the name scope of the backward pass's ops (e.g. the layer's name).
 
-    Returns y in x's dtype; the arithmetic is `keras.ops.layer_normalization`'s, in
-    float32 for half types, so outputs equal the stock layer's.
+    Returns y in x's dtype; the arithmetic is `keras.ops.layer_normalization`'s (or
+    `rms_normalization`'s), in float32 for half types, so outputs equal the stock
+    layer's.
     """
     dtype = tf.float64 if x.dtype == tf.float64 else tf.float32
     x_dtype = x.dtype
@@ -44,14 +46,18 @@ def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPS
     def forward(x, *params):
         # stop_gradient: eager ops in here would otherwise stay on the outer tape (P1).
         xs = tf.cast(tf.stop_gradient(x), dtype)
-        mean, variance = ops.moments(xs, axes=axis, keepdims=True)
-        inv_std = tf.math.rsqrt(variance + epsilon)
         g = None if gamma is None else _guard(tf.cast(tf.stop_gradient(gamma), dtype),
                                               gamma_epsilon)
         b = None if beta is None else tf.cast(tf.stop_gradient(beta), dtype)
-        inv = inv_std if g is None else inv_std * g
-        shift = -mean * inv if b is None else -mean * inv + b
-        y = tf.cast(xs * inv + shift, x_dtype)
+        if centered:
+            mean, variance = ops.moments(xs, axes=axis, keepdims=True)
+            inv_std = tf.math.rsqrt(variance + epsilon)
+            inv = inv_std if g is None else inv_std * g
+            y = xs * inv + (-mean * inv if b is None else -mean * inv + b)
+        else:
+            inv_std = tf.math.rsqrt(tf.reduce_mean(tf.square(xs), axis, keepdims=True) + epsilon)
+            y = xs * inv_std if g is None else xs * inv_std * g
+        y = tf.cast(y, x_dtype)
 
         def backward(dy):
             with tf.name_scope(name or "layer_norm"):
@@ -60,8 +66,10 @@ def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPS
                 x_hat = y_gated if b is None else y_gated - b
                 x_hat = x_hat if g is None else x_hat / g
                 dxhat = dy32 if g is None else dy32 * g
-                dx = inv_std * (dxhat - tf.reduce_mean(dxhat, axis, keepdims=True)
-                                - x_hat * tf.reduce_mean(dxhat * x_hat, axis, keepdims=True))
+                dx = dxhat - x_hat * tf.reduce_mean(dxhat * x_hat, axis, keepdims=True)
+                if centered:
+                    dx -= tf.reduce_mean(dxhat, axis, keepdims=True)
+                dx *= inv_std
                 grads = [tf.cast(dx, x_dtype)]
                 if gamma is not None:
                     grads.append(tf.cast(tf.reshape(tf.reduce_sum(dy32 * x_hat, others),
@@ -103,4 +111,27 @@ class InplaceLayerNormalization(keras.layers.LayerNormalization):
         y = inplace_layer_norm(inputs, param(self.gamma, self.scale),
                                param(self.beta, self.center), axis=axis,
                                epsilon=self.epsilon, name=self.name)
+        return ops.cast(y, self.compute_dtype)
+
+
+@keras.saving.register_keras_serializable(package="tfseg")
+class InplaceRMSNormalization(keras.layers.RMSNormalization):
+    """Drop-in twin of `keras.layers.RMSNormalization` that keeps only its output.
+
+    Same arguments and variable (scale), so checkpoints load either way.
+    Shapes: any -> the same.
+
+    Example:
+
+    >>> norm = InplaceRMSNormalization()
+    >>> norm(tf.ones([2, 5, 8])).shape
+    TensorShape([2, 5, 8])
+    """
+
+    def call(self, x):
+        rank = len(x.shape)
+        axis = sorted(a % rank for a in self.axis)
+        shape = [x.shape[i] if i in axis else 1 for i in range(rank)]
+        y = inplace_layer_norm(x, ops.reshape(self.scale, shape), None, axis=axis,
+                               epsilon=self.epsilon, name=self.name, centered=False)
         return ops.cast(y, self.compute_dtype)

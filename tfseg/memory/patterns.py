@@ -8,6 +8,7 @@ from tfseg.layers import (
     ActivationConv2D,
     ActivationDense,
     InplaceLayerNormalization,
+    InplaceRMSNormalization,
     LeanMultiHeadAttention,
     ActivationDepthwiseConv2D,
     ActivationMaxPooling2D,
@@ -83,8 +84,15 @@ def _take_activation(result, graph, node, relu_twin, twin):
 
 
 def _layer_norm(result, layer):
-    """Records an output-only twin for a stock `LayerNormalization`, or why not."""
-    if layer.name in result.replacements or layer.rms_scaling:
+    """Records an output-only twin for a stock `LayerNormalization` or
+    `RMSNormalization`, or why not."""
+    if layer.name in result.replacements:
+        return
+    if type(layer) is keras.layers.RMSNormalization:
+        result.layer_norms.append(layer.name)
+        result.replacements[layer.name] = (InplaceRMSNormalization, {})
+        return
+    if layer.rms_scaling:
         return
     if layer.scale and isinstance(layer.gamma_initializer, keras.initializers.Zeros):
         # Its output-only backward divides by gamma: it would start at the guard.
@@ -181,7 +189,8 @@ def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         if (type(layer) is keras.layers.MaxPooling2D and not graph.shared(layer)
                 and layer.data_format == "channels_last" and fuse_relu_conv):
             _take_activation(result, graph, node, ActivationMaxPooling2D, ActivationMaxPooling2D)
-        if inplace_norm and type(layer) is keras.layers.LayerNormalization:
+        if inplace_norm and type(layer) in (keras.layers.LayerNormalization,
+                                            keras.layers.RMSNormalization):
             _layer_norm(result, layer)
         if lean_attention and type(layer) is keras.layers.MultiHeadAttention:
             _attention(result, layer)
