@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 from tfseg import memory
+from tfseg.layers import InplaceLayerNormalization, LeanMultiHeadAttention
 from tests.memory.test_rewrite import train_step
 
 keras_hub = pytest.importorskip("keras_hub")
@@ -96,6 +97,8 @@ def gradients(model, images):
 def test_the_rewrite_keeps_paths_outputs_and_float32_gradients(build):
     model, reference, size = twins(build)
     new = memory.rewrite(model)
+    assert not any(type(layer).__module__.startswith("tfseg")  # the user's model as it was
+                   for layer in model._flatten_layers())
     assert sorted(w.path for w in new.weights) == sorted(w.path for w in model.weights)
     images = np.random.RandomState(0).rand(2, size, size, 3)
     np.testing.assert_allclose(new(images.astype("float32"), training=False).numpy(),
@@ -109,5 +112,13 @@ def test_the_rewrite_keeps_paths_outputs_and_float32_gradients(build):
     scale = max(np.abs(g).max() for g in exact.values())
     error_stock = max(np.abs(stock[p] - g).max() for p, g in exact.items()) / scale
     error_new = max(np.abs(rewritten[p] - g).max() for p, g in exact.items()) / scale
-    print(build.__name__, error_stock, error_new)
     assert error_new <= 4 * error_stock + 1e-6
+
+
+def test_vits_subclassed_blocks_get_the_transformer_twins():
+    """keras-hub's ViTEncoder is one subclassed layer holding the blocks; its config
+    rebuilds it, so the rewritten model's copy has output-only layer norms and lean
+    attention inside (SegFormer's MiT blocks do not rebuild from their config)."""
+    model, _ = vit()
+    kinds = {type(layer) for layer in memory.rewrite(model)._flatten_layers()}
+    assert {InplaceLayerNormalization, LeanMultiHeadAttention} <= kinds

@@ -67,3 +67,45 @@ def test_the_block_keeps_less():
     row, probabilities = 4 * 33 * 32 * 4, 4 * 2 * 33 * 33 * 4
     saved = kept_bytes(model, tokens) - kept_bytes(memory.rewrite(model), tokens)
     assert saved >= 2 * row + 4 * row + probabilities
+
+
+@keras.saving.register_keras_serializable(package="tests")
+class Block(keras.layers.Layer):
+    """A pre-norm transformer block as keras-hub writes them: sublayers made in build()."""
+
+    def __init__(self, heads=2, complete_config=True, **kwargs):
+        super().__init__(**kwargs)
+        self.heads, self.complete_config = heads, complete_config
+
+    def build(self, shape):
+        self.norm = keras.layers.LayerNormalization(name="norm")
+        self.attention = keras.layers.MultiHeadAttention(self.heads, shape[-1] // self.heads,
+                                                         name="attention")
+        self.dense = keras.layers.Dense(shape[-1], activation="gelu", name="dense")
+
+    def call(self, x):
+        h = self.norm(x)
+        return x + self.dense(self.attention(h, h))
+
+    def get_config(self):
+        if not self.complete_config:  # from_config then makes 2 heads: other variables
+            return super().get_config()
+        return {**super().get_config(), "heads": self.heads}
+
+
+def test_twins_go_inside_a_rebuilt_copy_of_a_subclassed_block_not_the_users(float64, caplog):
+    x = keras.Input((9, 16))
+    h = Block(name="good")(x)
+    h = Block(heads=4, complete_config=False, name="odd")(h)
+    model = keras.Model(x, keras.layers.Dense(3, name="head")(h))
+    assert memory.changes(model).inside.keys() == {"good", "odd"}
+    with caplog.at_level("INFO", logger="tfseg.memory"):
+        new = memory.rewrite(model)
+    good, odd = new.get_layer("good"), new.get_layer("odd")
+    assert good is not model.get_layer("good") and odd is model.get_layer("odd")
+    assert "odd: kept as it is" in caplog.text
+    assert isinstance(good.norm, InplaceLayerNormalization)
+    assert isinstance(good.attention, LeanMultiHeadAttention)
+    assert not any(type(layer).__module__.startswith("tfseg") for layer in model._flatten_layers())
+    assert sorted(w.path for w in new.weights) == sorted(w.path for w in model.weights)
+    assert_same_training_step(model, new, tf.constant(np.random.RandomState(0).randn(2, 9, 16)))

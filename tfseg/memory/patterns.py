@@ -17,6 +17,7 @@ from tfseg.layers import (
     ReluDepthwiseConv2D,
 )
 from tfseg.layers import elementwise
+from tfseg.memory.inside import inner_twins
 from tfseg.memory.matchers import (NORM_TWINS, Graph, activation_chain, relu_start,
                                    residual_folds, scaled_input, separable_chain,
                                    shared_relus)
@@ -35,6 +36,8 @@ class Changes:
     inplace: list = dataclasses.field(default_factory=list)  # norm layers
     layer_norms: list = dataclasses.field(default_factory=list)  # output-only layer norms
     attention: list = dataclasses.field(default_factory=list)  # LeanMultiHeadAttention
+    # subclassed layer name -> twins inside a rebuilt copy of it (`tfseg.memory.inside`)
+    inside: dict = dataclasses.field(default_factory=dict)
     kept_stock: list = dataclasses.field(default_factory=list)  # (layer name, why it has no twin)
     recomputed: list = dataclasses.field(default_factory=list)  # segment names
     residual: list = dataclasses.field(default_factory=list)  # (norm, Add) pairs folded
@@ -60,8 +63,10 @@ class Changes:
             f"made {len(self.lean)} dilated depthwise convs lean and {len(self.inplace)} norms "
             f"output-only ({len(self.residual)} with their residual add), folded "
             f"{len(self.scaled)} channel scales into convs, made {len(self.layer_norms)} layer "
-            f"norms output-only and {len(self.attention)} attention layers lean, recomputing "
-            f"{len(self.recomputed)} blocks"
+            f"norms output-only and {len(self.attention)} attention layers lean, "
+            f"{sum(map(len, self.inside.values()))} more inside {len(self.inside)} subclassed "
+            f"layers (where their config rebuilds them), recomputing {len(self.recomputed)} "
+            f"blocks"
             + "".join(f"; kept {name} stock: {why}" for name, why in self.kept_stock)
         )
 
@@ -194,6 +199,10 @@ def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
             _layer_norm(result, layer)
         if lean_attention and type(layer) is keras.layers.MultiHeadAttention:
             _attention(result, layer)
+        if layer.name not in result.replacements and layer.name not in result.inside:
+            twins = inner_twins(layer, norms=inplace_norm, attention=lean_attention)
+            if twins:
+                result.inside[layer.name] = twins
         if type(layer) is keras.layers.Dense and fuse_relu_conv and not graph.shared(layer):
             _take_dense_activation(result, graph, node)
         conv_types = (keras.layers.DepthwiseConv2D, keras.layers.Conv2D)

@@ -5,6 +5,7 @@ import logging
 import keras
 
 from tfseg.layers import Recompute, SerialBranches
+from tfseg.memory.inside import rebuilt_with_twins
 from tfseg.memory.patterns import Graph, changes
 
 log = logging.getLogger("tfseg.memory")
@@ -187,7 +188,15 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
                     *args, residual=tensors[id(other)], **extra, **kwargs)
                 continue
             args, kwargs = node.arguments.fill_in(tensors)
-            outputs = twin(node.operation)(*args, **kwargs)
+            layer = node.operation
+            if layer not in new_layers and layer.name in summary.inside:
+                copy, outputs = rebuilt_with_twins(layer, summary.inside[layer.name], args,
+                                                   kwargs)
+                if copy is not None:
+                    new_layers[layer] = copy
+                    tensors.update(zip(map(id, node.outputs), keras.tree.flatten(outputs)))
+                    continue
+            outputs = twin(layer)(*args, **kwargs)
             for old, new in zip(node.outputs, keras.tree.flatten(outputs)):
                 tensors[id(old)] = new
         return tensors

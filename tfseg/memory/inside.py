@@ -1,0 +1,86 @@
+"""Twins inside layers the graph rewrite cannot take apart: subclassed blocks.
+
+keras-hub builds its transformer blocks as subclassed layers (`ViTEncoder` holds
+`ViTEncoderBlock`s of stock `LayerNormalization`, `MultiHeadAttention` and
+`Dense` layers). The functional rewrite sees each as one opaque node. Where such
+a layer's config rebuilds it with the same variables (the same paths and shapes),
+the rewrite uses a rebuilt copy whose stock norms and attention layers are their
+twins, and copies the weights in; the user's model is never changed. Where the
+config does not (keras-hub's MiT blocks), the layer is kept as it is.
+
+The twins here add no state to the stock class they subclass, so a rebuilt
+copy's stock sublayer becomes its twin by taking the twin's class: same object,
+same variables, nothing to copy.
+"""
+
+import logging
+
+import keras
+
+from tfseg.layers import (InplaceBatchNormalization, InplaceGroupNormalization,
+                          InplaceLayerNormalization, InplaceRMSNormalization,
+                          LeanMultiHeadAttention)
+
+log = logging.getLogger("tfseg.memory")
+
+
+def _twin_class(layer):
+    """The stateless twin class of a stock sublayer, or None."""
+    kind = type(layer)
+    if kind is keras.layers.LayerNormalization:
+        zero_gamma = layer.scale and isinstance(layer.gamma_initializer, keras.initializers.Zeros)
+        return None if layer.rms_scaling or zero_gamma else InplaceLayerNormalization
+    if kind is keras.layers.MultiHeadAttention:
+        return LeanMultiHeadAttention if layer.dropout == 0 else None
+    return {keras.layers.RMSNormalization: InplaceRMSNormalization,
+            keras.layers.BatchNormalization: InplaceBatchNormalization,
+            keras.layers.GroupNormalization: InplaceGroupNormalization}.get(kind)
+
+
+def inner_twins(layer, norms=True, attention=True):
+    """[(index among `layer`'s sublayers, its name, twin class)] for its stock norms
+    (with `norms`) and attention layers (with `attention`): what a rebuilt copy of
+    `layer` would get. Empty for a model (the rewrite takes those apart)."""
+    if isinstance(layer, keras.Model) or not isinstance(layer, keras.layers.Layer):
+        return []
+    found = []
+    for index, sub in enumerate(layer._flatten_layers(include_self=False)):
+        cls = _twin_class(sub)
+        if cls is not None and (attention if cls is LeanMultiHeadAttention else norms):
+            found.append((index, sub.name, cls))
+    return found
+
+
+def _weights(layer):
+    return sorted(((w.path, tuple(w.shape), w) for w in layer.weights), key=lambda t: t[0])
+
+
+def rebuilt_with_twins(layer, twins, args, kwargs):
+    """Calls a copy of `layer` rebuilt from its config, with `twins` (from
+    `inner_twins`) in it and `layer`'s weights, on `args`; returns (the copy, its
+    outputs), or (None, None) where the copy's variables or sublayers differ from
+    `layer`'s (then `layer` is kept)."""
+    try:
+        copy = type(layer).from_config(layer.get_config())
+    except Exception as error:  # a config that does not rebuild: keep the layer
+        log.info("%s: kept as it is (its config does not rebuild it: %s)", layer.name,
+                 str(error).splitlines()[0][:200])
+        return None, None
+    copy._parent_path = getattr(layer, "_parent_path", None)  # see rewrite._same_scope
+    outputs = copy(*args, **kwargs)
+    old, new = _weights(layer), _weights(copy)
+    if [t[:2] for t in old] != [t[:2] for t in new]:
+        log.info("%s: kept as it is (rebuilt from its config, its variables differ)",
+                 layer.name)
+        return None, None
+    subs = copy._flatten_layers(include_self=False)
+    stock = {cls: cls.__mro__[1] for _, _, cls in twins}  # each twin subclasses its stock
+    for index, name, cls in twins:
+        if index >= len(subs) or subs[index].name != name or type(subs[index]) is not stock[cls]:
+            log.info("%s: kept as it is (its rebuilt sublayers differ)", layer.name)
+            return None, None
+    for (_, _, source), (_, _, target) in zip(old, new):
+        target.assign(source)
+    for index, _, cls in twins:
+        subs[index].__class__ = cls
+    return copy, outputs
