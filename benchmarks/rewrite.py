@@ -41,39 +41,47 @@ VARIANTS = ("stock", "rewrite")
 MIB = 2**20
 
 
-def _segformer_b0(keras_hub, size):
+def segformer(keras_hub, size, dims=(32, 64, 160, 256), depths=(2, 2, 2, 2), heads=(1, 2, 5, 8),
+              projection=256, classes=19):
+    """keras-hub's SegFormer with a MiT encoder (defaults: B0). Its Dense layers are
+    named by width, so `dims` must differ from each other."""
     encoder = keras_hub.models.MiTBackbone(
-        layerwise_depths=[2, 2, 2, 2], num_layers=4, layerwise_num_heads=[1, 2, 5, 8],
+        layerwise_depths=list(depths), num_layers=4, layerwise_num_heads=list(heads),
         layerwise_sr_ratios=[8, 4, 2, 1], max_drop_path_rate=0.0,
         layerwise_patch_sizes=[7, 3, 3, 3], layerwise_strides=[4, 2, 2, 2],
-        hidden_dims=[32, 64, 160, 256], image_shape=(size, size, 3))
-    backbone = keras_hub.models.SegFormerBackbone(image_encoder=encoder, projection_filters=256)
-    return keras_hub.models.SegFormerImageSegmenter(backbone=backbone, num_classes=19)
+        hidden_dims=list(dims), image_shape=(size, size, 3))
+    backbone = keras_hub.models.SegFormerBackbone(image_encoder=encoder,
+                                                  projection_filters=projection)
+    return keras_hub.models.SegFormerImageSegmenter(backbone=backbone, num_classes=classes)
 
 
-def _vit_base(keras_hub, size):
+def vit(keras_hub, size, patch=16, layers=12, heads=12, width=768, mlp=3072, classes=1000):
+    """keras-hub's ViT classifier (defaults: ViT-B/16)."""
     backbone = keras_hub.models.ViTBackbone(
-        image_shape=(size, size, 3), patch_size=16, num_layers=12, num_heads=12,
-        hidden_dim=768, mlp_dim=3072, dropout_rate=0.0, attention_dropout=0.0)
-    return keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=1000)
+        image_shape=(size, size, 3), patch_size=patch, num_layers=layers, num_heads=heads,
+        hidden_dim=width, mlp_dim=mlp, dropout_rate=0.0, attention_dropout=0.0)
+    return keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=classes)
 
 
-def _deeplab_v3_resnet50(keras_hub, size):
+def deeplab_v3(keras_hub, size, stem=64, filters=(64, 128, 256, 512), blocks=(3, 4, 6, 3),
+               rates=(6, 12, 18), projection=48, classes=21):
+    """keras-hub's DeepLabV3 with a ResNet encoder (defaults: ResNet-50; its first
+    stage must have 64 filters)."""
     encoder = keras_hub.models.ResNetBackbone(
-        input_conv_filters=[64], input_conv_kernel_sizes=[7],
-        stackwise_num_filters=[64, 128, 256, 512], stackwise_num_blocks=[3, 4, 6, 3],
+        input_conv_filters=[stem], input_conv_kernel_sizes=[7],
+        stackwise_num_filters=list(filters), stackwise_num_blocks=list(blocks),
         stackwise_num_strides=[1, 2, 2, 2], block_type="bottleneck_block",
         use_pre_activation=False, image_shape=(size, size, 3))
     backbone = keras_hub.models.DeepLabV3Backbone(
         image_encoder=encoder, low_level_feature_key="P2", spatial_pyramid_pooling_key="P5",
-        dilation_rates=[6, 12, 18], upsampling_size=8, projection_filters=48,
+        dilation_rates=list(rates), upsampling_size=8, projection_filters=projection,
         image_shape=(size, size, 3))
-    return keras_hub.models.DeepLabV3ImageSegmenter(backbone=backbone, num_classes=21)
+    return keras_hub.models.DeepLabV3ImageSegmenter(backbone=backbone, num_classes=classes)
 
 
 # keras-hub task models: builder, size, batch (issue 35's table).
-HUB = {"hub:SegFormerB0": (_segformer_b0, 512, 2), "hub:ViTBase": (_vit_base, 224, 8),
-       "hub:DeepLabV3ResNet50": (_deeplab_v3_resnet50, 512, 2)}
+HUB = {"hub:SegFormerB0": (segformer, 512, 2), "hub:ViTBase": (vit, 224, 8),
+       "hub:DeepLabV3ResNet50": (deeplab_v3, 512, 2)}
 
 
 def build(name, size):

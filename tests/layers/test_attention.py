@@ -12,8 +12,8 @@ from tests.memory.test_patterns import kept_bytes
 def models(cls, tokens=9, keys=7, width=12, heads=3, mask=False, **options):
     query, value = keras.Input((tokens, width)), keras.Input((keys, width))
     kwargs = {}
-    if mask:  # each query sees the first i + 1 keys at most
-        kwargs["attention_mask"] = np.tril(np.ones((tokens, keys), bool))[None]
+    if mask:  # query i sees the first i keys: the first sees none (a padded query)
+        kwargs["attention_mask"] = np.tril(np.ones((tokens, keys), bool), -1)[None]
     out = cls(heads, 4, name="attention", **options)(query, value, **kwargs)
     return keras.Model([query, value], out)
 
@@ -53,15 +53,25 @@ def test_outputs_and_gradients_equal_stock_in_float64(float64, options):
 
 
 def test_dropout_in_training_runs_the_stock_code():
-    stock, lean = pair(dropout=0.5)
-    inputs = [tf.ones([1, 9, 12]), tf.ones([1, 7, 12])]
-    assert lean(inputs, training=True).shape == stock(inputs, training=True).shape
+    _, lean = pair(dropout=0.5)
+    rng = np.random.RandomState(0)
+    inputs = [tf.constant(rng.randn(1, 9, 12).astype("float32")) for _ in range(2)]
+    inputs[1] = inputs[1][:, :7]
+    first, second = (lean(inputs, training=True).numpy() for _ in range(2))
+    assert not np.allclose(first, second)  # a new random mask each call
+    assert not np.allclose(first, lean(inputs, training=False).numpy())
 
 
-def test_it_does_not_keep_the_probabilities():
-    """4 x 3 heads x 65 x 65 float32 probabilities: stock keeps them, the twin not."""
-    stock, lean = pair(tokens=65, keys=65)
+@pytest.mark.parametrize("policy, size", [("float32", 4), ("mixed_bfloat16", 2)])
+def test_it_does_not_keep_the_probabilities(policy, size):
+    """4 x 3 heads x 65 x 65 probabilities: stock keeps them, the twin not, in float32
+    and in half precision (by the traced step's kept tensors)."""
+    keras.config.set_dtype_policy(policy)
+    try:
+        stock, lean = pair(tokens=65, keys=65)
+    finally:
+        keras.config.set_dtype_policy("float32")
     rng = np.random.RandomState(0)
     inputs = [tf.constant(rng.randn(4, 65, 12).astype("float32")) for _ in range(2)]
-    probabilities = 4 * 3 * 65 * 65 * 4
+    probabilities = 4 * 3 * 65 * 65 * size
     assert kept_bytes(stock, inputs) - kept_bytes(lean, inputs) >= probabilities

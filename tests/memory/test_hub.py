@@ -8,6 +8,9 @@ stock reference as stock's own float32 gradients are.
 keras-hub is a test-only dependency, installed with --no-deps (docs/testing.md).
 """
 
+import importlib.util
+import pathlib
+
 import keras
 import numpy as np
 import pytest
@@ -20,34 +23,27 @@ from tests.memory.test_rewrite import train_step
 keras_hub = pytest.importorskip("keras_hub")
 
 
+# The benchmark's builders (benchmarks/rewrite.py), at tiny widths.
+_spec = importlib.util.spec_from_file_location(
+    "rewrite_benchmark", pathlib.Path(__file__).parents[2] / "benchmarks" / "rewrite.py")
+benchmark = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(benchmark)
+
+
 def deeplab_v3():
-    encoder = keras_hub.models.ResNetBackbone(
-        input_conv_filters=[16], input_conv_kernel_sizes=[7],
-        stackwise_num_filters=[64, 16, 32, 32], stackwise_num_blocks=[1, 1, 1, 1],
-        stackwise_num_strides=[1, 2, 2, 2], block_type="bottleneck_block",
-        use_pre_activation=False, image_shape=(None, None, 3))
-    backbone = keras_hub.models.DeepLabV3Backbone(
-        image_encoder=encoder, low_level_feature_key="P2", spatial_pyramid_pooling_key="P5",
-        dilation_rates=[2, 4, 6], upsampling_size=8, projection_filters=16,
-        image_shape=(None, None, 3))
-    return keras_hub.models.DeepLabV3ImageSegmenter(backbone=backbone, num_classes=3), 64
+    return benchmark.deeplab_v3(keras_hub, None, stem=16, filters=[64, 16, 32, 32],
+                                blocks=[1, 1, 1, 1], rates=[2, 4, 6], projection=16,
+                                classes=3), 64
 
 
 def segformer():
-    encoder = keras_hub.models.MiTBackbone(
-        layerwise_depths=[1, 1, 1, 1], num_layers=4, layerwise_num_heads=[1, 1, 2, 2],
-        layerwise_sr_ratios=[8, 4, 2, 1], max_drop_path_rate=0.0,
-        layerwise_patch_sizes=[7, 3, 3, 3], layerwise_strides=[4, 2, 2, 2],
-        hidden_dims=[8, 16, 24, 32], image_shape=(64, 64, 3))
-    backbone = keras_hub.models.SegFormerBackbone(image_encoder=encoder, projection_filters=16)
-    return keras_hub.models.SegFormerImageSegmenter(backbone=backbone, num_classes=3), 64
+    return benchmark.segformer(keras_hub, 64, dims=[8, 16, 24, 32], depths=[1, 1, 1, 1],
+                               heads=[1, 1, 2, 2], projection=16, classes=3), 64
 
 
 def vit():
-    backbone = keras_hub.models.ViTBackbone(
-        image_shape=(32, 32, 3), patch_size=8, num_layers=2, num_heads=2, hidden_dim=16,
-        mlp_dim=32, dropout_rate=0.0, attention_dropout=0.0)
-    return keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=3), 32
+    return benchmark.vit(keras_hub, 32, patch=8, layers=2, heads=2, width=16, mlp=32,
+                         classes=3), 32
 
 
 def csp_darknet():

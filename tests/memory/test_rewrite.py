@@ -365,3 +365,16 @@ def test_nested_sequentials_and_name_scopes_keep_every_path_and_the_model_its_gr
     assert str(memory.changes(model)) == before
     assert sorted(w.path for w in memory.rewrite(model).weights) == paths
     assert_same_training_step(model, new, tf.constant(np.random.RandomState(0).rand(2, 9, 11, 3)))
+
+
+def test_a_layer_called_in_a_model_and_in_one_nested_in_it_is_refused():
+    """Each graph gets its own twin of such a norm: two variables with one path, which
+    no path-keyed checkpoint could hold. The rewrite says so instead."""
+    norm = keras.layers.BatchNormalization(name="shared_bn")
+    inner_in = keras.Input((5, 7, 3))
+    inner = keras.Model(inner_in, norm(keras.layers.Conv2D(3, 1, name="c")(inner_in)),
+                        name="inner")
+    x = keras.Input((5, 7, 3))
+    model = keras.Model(x, keras.layers.Add(name="add")([inner(x), norm(x)]))
+    with pytest.raises(ValueError, match="two variables the path 'shared_bn/"):
+        memory.rewrite(model)

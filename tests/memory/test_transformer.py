@@ -97,13 +97,17 @@ def test_twins_go_inside_a_rebuilt_copy_of_a_subclassed_block_not_the_users(floa
     x = keras.Input((9, 16))
     h = Block(name="good")(x)
     h = Block(heads=4, complete_config=False, name="odd")(h)
+    h = Block(name="frozen")(h)
     model = keras.Model(x, keras.layers.Dense(3, name="head")(h))
-    assert memory.changes(model).inside.keys() == {"good", "odd"}
+    model.get_layer("frozen").norm.trainable = False  # a copy from its config would train it
+    assert memory.changes(model).inside.keys() == {"good", "odd", "frozen"}
     with caplog.at_level("INFO", logger="tfseg.memory"):
         new = memory.rewrite(model)
     good, odd = new.get_layer("good"), new.get_layer("odd")
     assert good is not model.get_layer("good") and odd is model.get_layer("odd")
+    assert new.get_layer("frozen") is model.get_layer("frozen")
     assert "odd: kept as it is" in caplog.text
+    assert "frozen: kept as it is (rebuilt from its config, its sublayers differ)" in caplog.text
     assert isinstance(good.norm, InplaceLayerNormalization)
     assert isinstance(good.attention, LeanMultiHeadAttention)
     assert not any(type(layer).__module__.startswith("tfseg") for layer in model._flatten_layers())

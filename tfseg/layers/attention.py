@@ -56,11 +56,18 @@ def lean_attention(query, key, value, *, scale, mask=None, name=None):
 
         def backward(dy):
             with tf.name_scope(name or "attention"):
-                p = probabilities(_gated(q, dy), k)  # P2: only once dy exists
-                dy_s, q_s, k_s, v_s = (tf.cast(t, stat) for t in (dy, q, k, v))
+                # P2: everything made from the kept tensors waits for dy (a half-precision
+                # cast of Q, K or V would otherwise be made, and kept, in the forward pass).
+                q_g, k_g, v_g = (_gated(t, dy) for t in (q, k, v))
+                p = probabilities(q_g, k_g)
+                dy_s, q_s, k_s, v_s = (tf.cast(t, stat) for t in (dy, q_g, k_g, v_g))
                 dv = tf.einsum("BNTS,BTNH->BSNH", p, dy_s)
                 dp = tf.einsum("BTNH,BSNH->BNTS", dy_s, v_s)
                 dlogits = p * (dp - tf.reduce_sum(dp * p, -1, keepdims=True))
+                if mask is not None:
+                    # A row that sees no key is uniform over masked logits: their constant
+                    # fill takes no gradient (stock's tf.where sends none back).
+                    dlogits = tf.where(mask, dlogits, tf.zeros_like(dlogits))
                 dlogits *= tf.cast(scale, stat)
                 dq = tf.einsum("BNTS,BSNH->BTNH", dlogits, k_s)
                 dk = tf.einsum("BNTS,BTNH->BSNH", dlogits, q_s)
@@ -78,8 +85,8 @@ class LeanMultiHeadAttention(keras.layers.MultiHeadAttention):
 
     Same arguments and variables (query/key/value/attention_output projections),
     names and order. The stock code runs where the twin does not apply: attention
-    scores returned, dropout in training, more than one attention axis, or a causal
-    mask given without another mask. Shapes: as the stock layer's.
+    scores returned, dropout in training, or more than one attention axis (a causal
+    mask arrives as a mask). Shapes: as the stock layer's.
 
     Example:
 
@@ -91,7 +98,7 @@ class LeanMultiHeadAttention(keras.layers.MultiHeadAttention):
     def _compute_attention(self, query, key, value, attention_mask=None, training=None,
                            return_attention_scores=False, use_causal_mask=False):
         if (return_attention_scores or (training and self._dropout > 0.0)
-                or len(query.shape) != 4 or (use_causal_mask and attention_mask is None)):
+                or len(query.shape) != 4):
             return super()._compute_attention(
                 query, key, value, attention_mask=attention_mask, training=training,
                 return_attention_scores=return_attention_scores,

@@ -46,5 +46,5 @@ class ResizeLike(keras.layers.Layer):
         return (x_shape[0], ref_shape[1], ref_shape[2], x_shape[-1])
 
     def get_config(self):
-        # Kept by config copies: the memory rewrite rebuilds every layer from it.
+        # Kept by config copies (a saved model, a rebuilt subclassed block).
         return {**super().get_config(), "align_corners": self.align_corners}

@@ -6,7 +6,10 @@ keras-hub builds its transformer blocks as subclassed layers (`ViTEncoder` holds
 a layer's config rebuilds it with the same variables (the same paths and shapes),
 the rewrite uses a rebuilt copy whose stock norms and attention layers are their
 twins, and copies the weights in; the user's model is never changed. Where the
-config does not (keras-hub's MiT blocks), the layer is kept as it is.
+config does not (keras-hub's MiT blocks), the layer is kept as it is. A copy must
+also have its original's sublayers with the same configs and `trainable` flags; a
+setting the layer itself uses in `call` and leaves out of its config cannot be
+seen, as for any Keras model saved and loaded.
 
 The twins here add no state to the stock class they subclass, so a rebuilt
 copy's stock sublayer becomes its twin by taking the twin's class: same object,
@@ -51,6 +54,16 @@ def inner_twins(layer, norms=True, attention=True):
     return found
 
 
+def _settings(layer):
+    """What a sublayer computes, as far as Keras records it: class, config, trainable."""
+    try:
+        config = layer.get_config()
+    except NotImplementedError:
+        config = {}
+    config.pop("name", None)
+    return type(layer), repr(config), layer.trainable
+
+
 def _weights(layer):
     return sorted(((w.path, tuple(w.shape), w) for w in layer.weights), key=lambda t: t[0])
 
@@ -73,10 +86,16 @@ def rebuilt_with_twins(layer, twins, args, kwargs):
         log.info("%s: kept as it is (rebuilt from its config, its variables differ)",
                  layer.name)
         return None, None
-    subs = copy._flatten_layers(include_self=False)
+    subs, originals = (l._flatten_layers(include_self=False) for l in (copy, layer))
+    if [_settings(a) for a in subs] != [_settings(b) for b in originals]:
+        # A config that leaves out a setting of a sublayer (an epsilon, a frozen
+        # norm) rebuilds another computation with the same variables.
+        log.info("%s: kept as it is (rebuilt from its config, its sublayers differ)",
+                 layer.name)
+        return None, None
     stock = {cls: cls.__mro__[1] for _, _, cls in twins}  # each twin subclasses its stock
     for index, name, cls in twins:
-        if index >= len(subs) or subs[index].name != name or type(subs[index]) is not stock[cls]:
+        if subs[index].name != name or type(subs[index]) is not stock[cls]:
             log.info("%s: kept as it is (its rebuilt sublayers differ)", layer.name)
             return None, None
     for (_, _, source), (_, _, target) in zip(old, new):

@@ -64,9 +64,9 @@ class Changes:
             f"output-only ({len(self.residual)} with their residual add), folded "
             f"{len(self.scaled)} channel scales into convs, made {len(self.layer_norms)} layer "
             f"norms output-only and {len(self.attention)} attention layers lean, "
-            f"{sum(map(len, self.inside.values()))} more inside {len(self.inside)} subclassed "
-            f"layers (where their config rebuilds them), recomputing {len(self.recomputed)} "
-            f"blocks"
+            f"up to {sum(map(len, self.inside.values()))} more inside {len(self.inside)} "
+            f"subclassed layers (where a copy rebuilds them), recomputing "
+            f"{len(self.recomputed)} blocks"
             + "".join(f"; kept {name} stock: {why}" for name, why in self.kept_stock)
         )
 

@@ -1,5 +1,6 @@
 """Rewrite any functional Keras model to use the memory-saving twins, keeping its weights."""
 
+import collections
 import logging
 
 import keras
@@ -208,5 +209,15 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
     new_model = keras.Model(inputs, outputs, name=model.name)
     for old in rebuilt:
         new_layers[old].set_weights(old.get_weights())
+    twice = _shared_paths(new_model) - _shared_paths(model)
+    if twice:  # a layer called both here and in a model nested here: two twins
+        raise ValueError(f"{model.name}: the rewrite gave two variables the path "
+                         f"{sorted(twice)[0]!r}; a layer called in a model and in one nested "
+                         f"in it is not supported")
     log.info("rewrote %s: %s", model.name, summary)
     return new_model
+
+
+def _shared_paths(model):
+    counts = collections.Counter(w.path for w in model.weights)
+    return {path for path, n in counts.items() if n > 1}

@@ -78,7 +78,8 @@ def deeplab_v3_plus(
         (`tfseg.models.backbone.feature_strides`). The ASPP and decoder are built
         on the backbone's own graph, so the model is flat: the backbone's input,
         its layers and variables (training the model trains `backbone`; a
-        memory-saving model is a rewritten copy) plus the head. The backbone's
+        memory-saving model shares the layers the rewrite keeps and copies the
+        replaced ones) plus the head. The backbone's
         layer names must not clash with the head's ("aspp_*", "decoder_*",
         "logits", "logits_resize").
       head_epsilon: the epsilon of the ASPP and decoder norms; None: the
