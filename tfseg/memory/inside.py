@@ -54,6 +54,17 @@ def inner_twins(layer, norms=True, attention=True):
     return found
 
 
+def same_scope(twin, layer):
+    """Gives `twin` the name scope `layer` was first called in, so its variables get
+    `layer`'s paths (a Sequential's name, NASNet's `name_scope`s, keras-hub's blocks).
+
+    Keras 3 records that scope in `_parent_path` on a layer's first call and builds its
+    variables under it; there is no public way to set it.
+    """
+    twin._parent_path = getattr(layer, "_parent_path", None)
+    return twin
+
+
 def _settings(layer):
     """What a sublayer computes, as far as Keras records it: class, config, trainable."""
     try:
@@ -79,8 +90,7 @@ def rebuilt_with_twins(layer, twins, args, kwargs):
         log.info("%s: kept as it is (its config does not rebuild it: %s)", layer.name,
                  str(error).splitlines()[0][:200])
         return None, None
-    copy._parent_path = getattr(layer, "_parent_path", None)  # see rewrite._same_scope
-    outputs = copy(*args, **kwargs)
+    outputs = same_scope(copy, layer)(*args, **kwargs)
     old, new = _weights(layer), _weights(copy)
     if [t[:2] for t in old] != [t[:2] for t in new]:
         log.info("%s: kept as it is (rebuilt from its config, its variables differ)",

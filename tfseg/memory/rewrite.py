@@ -6,7 +6,7 @@ import logging
 import keras
 
 from tfseg.layers import Recompute, SerialBranches
-from tfseg.memory.inside import rebuilt_with_twins
+from tfseg.memory.inside import rebuilt_with_twins, same_scope
 from tfseg.memory.patterns import Graph, changes
 
 log = logging.getLogger("tfseg.memory")
@@ -30,17 +30,6 @@ def as_functional(model):
     if isinstance(model, keras.Sequential) and getattr(model, "_functional", None) is not None:
         return keras.Model(model.inputs, model.outputs, name=model.name)
     return None
-
-
-def _same_scope(twin, layer):
-    """Gives `twin` the name scope `layer` was first called in, so its variables get
-    `layer`'s paths (a Sequential's name, NASNet's `name_scope`s, keras-hub's blocks).
-
-    Keras 3 records that scope in `_parent_path` on a layer's first call and builds its
-    variables under it; there is no public way to set it.
-    """
-    twin._parent_path = getattr(layer, "_parent_path", None)
-    return twin
 
 
 def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
@@ -69,9 +58,9 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         `Multiply([x, s])` -> Conv2D, by `ActivationConv2D(x, scale=s)`, which
         does not keep the product; and -> Dense, by `ActivationDense` (a
         transformer MLP's GELU output is not kept).
-      inplace_norm: replace every stock `BatchNormalization`, `GroupNormalization`
-        and `LayerNormalization` by its output-only twin (a layer norm whose gamma
-        starts at zero stays stock, and the log says so).
+      inplace_norm: replace every stock `BatchNormalization`, `GroupNormalization`,
+        `LayerNormalization` and `RMSNormalization` by its output-only twin (a layer
+        norm whose gamma starts at zero stays stock, and the log says so).
       lean_dilated: replace the other dilated `DepthwiseConv2D`s by
         `LeanDepthwiseConv2D`, which does not keep a space-to-batch copy.
       recompute: a sequence of `Segment`s to wrap in `Recompute` (in
@@ -131,7 +120,7 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
                 new_layers[layer] = rewrite(nested, **options)
             elif isinstance(layer, keras.layers.Layer) and layer.name in summary.replacements:
                 cls, extra = summary.replacements[layer.name]
-                new_layers[layer] = _same_scope(cls.from_config({**layer.get_config(), **extra}),
+                new_layers[layer] = same_scope(cls.from_config({**layer.get_config(), **extra}),
                                                 layer)
                 rebuilt.append(layer)  # its weights are copied once it is built
             else:
