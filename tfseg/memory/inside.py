@@ -27,17 +27,25 @@ from tfseg.layers import (InplaceBatchNormalization, InplaceGroupNormalization,
 log = logging.getLogger("tfseg.memory")
 
 
-def _twin_class(layer):
-    """The stateless twin class of a stock sublayer, or None."""
+def stateless_twin(layer):
+    """(the stateless twin class of a stock norm or attention layer, or None; why a
+    layer of such a class keeps no twin, or None)."""
     kind = type(layer)
     if kind is keras.layers.LayerNormalization:
-        zero_gamma = layer.scale and isinstance(layer.gamma_initializer, keras.initializers.Zeros)
-        return None if layer.rms_scaling or zero_gamma else InplaceLayerNormalization
+        if layer.rms_scaling:
+            return None, None
+        if layer.scale and isinstance(layer.gamma_initializer, keras.initializers.Zeros):
+            # Its output-only backward divides by gamma: it would start at the guard.
+            return None, "gamma starts at zero"
+        return InplaceLayerNormalization, None
     if kind is keras.layers.MultiHeadAttention:
-        return LeanMultiHeadAttention if layer.dropout == 0 else None
+        if layer.dropout > 0:
+            return None, ("dropout on its probabilities (a twin would have to replay the "
+                          "random mask)")
+        return LeanMultiHeadAttention, None
     return {keras.layers.RMSNormalization: InplaceRMSNormalization,
             keras.layers.BatchNormalization: InplaceBatchNormalization,
-            keras.layers.GroupNormalization: InplaceGroupNormalization}.get(kind)
+            keras.layers.GroupNormalization: InplaceGroupNormalization}.get(kind), None
 
 
 def inner_twins(layer, norms=True, attention=True):
@@ -48,7 +56,7 @@ def inner_twins(layer, norms=True, attention=True):
         return []
     found = []
     for index, sub in enumerate(layer._flatten_layers(include_self=False)):
-        cls = _twin_class(sub)
+        cls, _ = stateless_twin(sub)
         if cls is not None and (attention if cls is LeanMultiHeadAttention else norms):
             found.append((index, sub.name, cls))
     return found

@@ -7,8 +7,6 @@ import keras
 from tfseg.layers import (
     ActivationConv2D,
     ActivationDense,
-    InplaceLayerNormalization,
-    InplaceRMSNormalization,
     LeanMultiHeadAttention,
     ActivationDepthwiseConv2D,
     ActivationMaxPooling2D,
@@ -17,7 +15,7 @@ from tfseg.layers import (
     ReluDepthwiseConv2D,
 )
 from tfseg.layers import elementwise
-from tfseg.memory.inside import inner_twins
+from tfseg.memory.inside import inner_twins, stateless_twin
 from tfseg.memory.matchers import (NORM_TWINS, Graph, activation_chain, relu_start,
                                    residual_folds, scaled_input, separable_chain,
                                    shared_relus)
@@ -88,35 +86,18 @@ def _take_activation(result, graph, node, relu_twin, twin):
     return True
 
 
-def _layer_norm(result, layer):
-    """Records an output-only twin for a stock `LayerNormalization` or
-    `RMSNormalization`, or why not."""
+def _norm_or_attention(result, layer):
+    """Records the twin of a stock layer norm, RMS norm or `MultiHeadAttention`, or
+    why it keeps none."""
     if layer.name in result.replacements:
         return
-    if type(layer) is keras.layers.RMSNormalization:
-        result.layer_norms.append(layer.name)
-        result.replacements[layer.name] = (InplaceRMSNormalization, {})
-        return
-    if layer.rms_scaling:
-        return
-    if layer.scale and isinstance(layer.gamma_initializer, keras.initializers.Zeros):
-        # Its output-only backward divides by gamma: it would start at the guard.
-        result.kept_stock.append((layer.name, "gamma starts at zero"))
-        return
-    result.layer_norms.append(layer.name)
-    result.replacements[layer.name] = (InplaceLayerNormalization, {})
-
-
-def _attention(result, layer):
-    """Records a `LeanMultiHeadAttention` for a stock `MultiHeadAttention`, or why not."""
-    if layer.name in result.replacements:
-        return
-    if layer.dropout > 0:
-        result.kept_stock.append((layer.name, "dropout on its probabilities (a twin would "
-                                              "have to replay the random mask)"))
-        return
-    result.attention.append(layer.name)
-    result.replacements[layer.name] = (LeanMultiHeadAttention, {})
+    cls, why = stateless_twin(layer)
+    if why is not None:
+        result.kept_stock.append((layer.name, why))
+    elif cls is not None:
+        (result.attention if cls is LeanMultiHeadAttention else result.layer_norms).append(
+            layer.name)
+        result.replacements[layer.name] = (cls, {})
 
 
 def _take_dense_activation(result, graph, node):
@@ -194,11 +175,10 @@ def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         if (type(layer) is keras.layers.MaxPooling2D and not graph.shared(layer)
                 and layer.data_format == "channels_last" and fuse_relu_conv):
             _take_activation(result, graph, node, ActivationMaxPooling2D, ActivationMaxPooling2D)
-        if inplace_norm and type(layer) in (keras.layers.LayerNormalization,
-                                            keras.layers.RMSNormalization):
-            _layer_norm(result, layer)
-        if lean_attention and type(layer) is keras.layers.MultiHeadAttention:
-            _attention(result, layer)
+        if ((inplace_norm and type(layer) in (keras.layers.LayerNormalization,
+                                              keras.layers.RMSNormalization))
+                or (lean_attention and type(layer) is keras.layers.MultiHeadAttention)):
+            _norm_or_attention(result, layer)
         if layer.name not in result.replacements and layer.name not in result.inside:
             twins = inner_twins(layer, norms=inplace_norm, attention=lean_attention)
             if twins:
