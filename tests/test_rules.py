@@ -1,5 +1,6 @@
 """The suite's own rules (tests/rules.py): an unmarked test over ``slow_seconds`` fails,
-naming itself; slow and grouped tests are collected first."""
+naming itself (twice that in a run that holds slow tests too); slow and grouped tests are
+collected first."""
 
 import os
 import shutil
@@ -17,6 +18,9 @@ def test_quick():
 
 def test_unmarked_and_slow():
     time.sleep(1.5)
+
+def test_unmarked_and_slower():
+    time.sleep(2.5)
 
 @pytest.mark.slow
 def test_marked_and_slow():
@@ -43,6 +47,14 @@ def test_an_unmarked_slow_test_fails_naming_itself_and_slow_ones_come_first(tmp_
     ran = [line.split("::")[1].split()[:2] for line in proc.stdout.splitlines()
            if line.startswith("test_cases.py::") and line.rstrip().endswith("%]")]
     assert ran == [["test_marked_and_slow", "PASSED"], ["test_grouped", "PASSED"],
-                   ["test_quick", "PASSED"], ["test_unmarked_and_slow", "FAILED"]], proc.stdout
+                   ["test_quick", "PASSED"], ["test_unmarked_and_slow", "PASSED"],
+                   ["test_unmarked_and_slower", "FAILED"]], proc.stdout
+    assert ("test_cases.py::test_unmarked_and_slower took 2.5 s, over the 2 s of an unmarked "
+            "test in a run beside slow tests: mark it @pytest.mark.slow") in proc.stdout, \
+        proc.stdout[-3000:]
+    # The fast tier alone: the limit itself.
+    proc = _pytest(tmp_path, "-v", "-rf", "-m", "not slow")
+    assert proc.returncode == 1, proc.stdout[-3000:]
     assert ("test_cases.py::test_unmarked_and_slow took 1.5 s, over the 1 s of an unmarked "
             "test: mark it @pytest.mark.slow") in proc.stdout, proc.stdout[-3000:]
+    assert "test_unmarked_and_slower took 2.5 s, over the 1 s" in proc.stdout
