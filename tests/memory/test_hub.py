@@ -17,8 +17,8 @@ import pytest
 import tensorflow as tf
 
 from tfseg import memory
-from tfseg.layers import InplaceLayerNormalization, LeanMultiHeadAttention
-from tests.memory.test_rewrite import train_step
+from tfseg.layers import ActivationDense, InplaceLayerNormalization, LeanMultiHeadAttention
+from tests.memory.test_rewrite import assert_same_training_step, train_step
 
 keras_hub = pytest.importorskip("keras_hub")
 
@@ -113,8 +113,33 @@ def test_the_rewrite_keeps_paths_outputs_and_float32_gradients(build):
 
 def test_vits_subclassed_blocks_get_the_transformer_twins():
     """keras-hub's ViTEncoder is one subclassed layer holding the blocks; its config
-    rebuilds it, so the rewritten model's copy has output-only layer norms and lean
-    attention inside (SegFormer's MiT blocks do not rebuild from their config)."""
+    rebuilds it, so the rewritten model's copy has output-only layer norms, lean
+    attention and each MLP's GELU taken into its second Dense inside (SegFormer's MiT
+    blocks do not rebuild from their config)."""
     model, _ = vit()
+    layers = memory.rewrite(model)._flatten_layers()
+    assert {InplaceLayerNormalization, LeanMultiHeadAttention} <= {type(l) for l in layers}
+    fused = [layer for layer in layers if isinstance(layer, ActivationDense)]
+    assert [(layer.name, layer.input_activation) for layer in fused] == [("dense_2", "gelu")] * 2
+
+
+def test_a_vit_mlp_with_dropout_between_its_dense_layers_stays_stock_and_says_why():
+    model = benchmark.vit(keras_hub, 32, patch=8, layers=1, heads=2, width=16, mlp=32,
+                          classes=3)
+    mlp = next(layer for layer in model._flatten_layers() if layer.name.startswith("mlp"))
+    mlp.dropout_rate = 0.1
+    summary = memory.changes(model.backbone)  # the task model's nested functional one
+    assert (mlp.name, "dropout 0.1 between its two Dense layers") in summary.kept_stock
     kinds = {type(layer) for layer in memory.rewrite(model)._flatten_layers()}
-    assert {InplaceLayerNormalization, LeanMultiHeadAttention} <= kinds
+    assert ActivationDense not in kinds and LeanMultiHeadAttention in kinds
+
+
+def test_keras_hubs_transformer_encoder_fuses_its_feedforward_exactly(float64):
+    x = keras.Input((9, 16))
+    h = keras_hub.layers.TransformerEncoder(32, 2, activation="gelu", name="encoder")(x)
+    model = keras.Model(x, keras.layers.Dense(3, name="head")(h))
+    new = memory.rewrite(model)
+    (fused,) = [l for l in new._flatten_layers() if isinstance(l, ActivationDense)]
+    assert fused.name == "feedforward_output_dense" and fused.input_activation == "gelu"
+    assert sorted(w.path for w in new.weights) == sorted(w.path for w in model.weights)
+    assert_same_training_step(model, new, tf.constant(np.random.RandomState(0).randn(2, 9, 16)))

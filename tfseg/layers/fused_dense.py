@@ -52,9 +52,15 @@ class ActivationDense(keras.layers.Dense):
     def __init__(self, *args, input_activation="gelu", **kwargs):
         super().__init__(*args, **kwargs)
         self.input_activation = input_activation
-        fn = deserialize(input_activation)
+        deserialize(input_activation)  # a value it cannot run is refused here
+
+    @property
+    def _input_fn(self):
+        # Derived, not stored, so that a stock Dense made this twin in place
+        # (`tfseg.memory.inside`) needs only `input_activation`.
+        fn = deserialize(self.input_activation)
         # "relu" keeps TF's ReluGrad (a mask from the input); others are differentiated.
-        self._input_fn = "relu" if fn is keras.activations.relu else fn
+        return "relu" if fn is keras.activations.relu else fn
 
     def call(self, inputs, training=None):
         kernel = ops.cast(self.kernel, self.compute_dtype)

@@ -12,17 +12,22 @@ setting the layer itself uses in `call` and leaves out of its config cannot be
 seen, as for any Keras model saved and loaded.
 
 The twins here add no state to the stock class they subclass, so a rebuilt
-copy's stock sublayer becomes its twin by taking the twin's class: same object,
-same variables, nothing to copy.
+copy's stock sublayer becomes its twin by taking the twin's class (and, for a fused
+pair, one attribute): same object, same variables, nothing to copy. A pair of Dense
+layers fuses (`ActivationDense`) only in a block whose `call` tfseg knows
+(`tfseg.memory.blocks`).
 """
 
+import collections
 import logging
 
 import keras
 
-from tfseg.layers import (InplaceBatchNormalization, InplaceGroupNormalization,
-                          InplaceLayerNormalization, InplaceRMSNormalization,
-                          LeanMultiHeadAttention)
+from tfseg.layers import (ActivationDense, InplaceBatchNormalization,
+                          InplaceGroupNormalization, InplaceLayerNormalization,
+                          InplaceRMSNormalization, LeanMultiHeadAttention)
+from tfseg.layers.elementwise import ELEMENTWISE_FUNCTIONS
+from tfseg.memory.blocks import fusions
 
 log = logging.getLogger("tfseg.memory")
 
@@ -48,18 +53,50 @@ def stateless_twin(layer):
             keras.layers.GroupNormalization: InplaceGroupNormalization}.get(kind), None
 
 
-def inner_twins(layer, norms=True, attention=True):
-    """[(index among `layer`'s sublayers, its name, twin class)] for its stock norms
-    (with `norms`) and attention layers (with `attention`): what a rebuilt copy of
-    `layer` would get. Empty for a model (the rewrite takes those apart)."""
+# A sublayer of a rebuilt copy that becomes a twin: its index among the copy's
+# sublayers, its name, its stock class, the class it takes, and (attribute, value) pairs
+# it then gets.
+Inner = collections.namedtuple("Inner", "index name stock twin settings")
+
+
+def _pairs(block, index_of, fuse):
+    """Inner entries for the Dense pairs that fuse inside `block` (`tfseg.memory.blocks`),
+    and [(block name, why)] where a registered block keeps a pair stock."""
+    pairs, why = fusions(block)
+    found, kept = [], [] if why is None else [(block.name, why)]
+    for first, second in pairs if fuse else ():
+        a, b = getattr(block, first), getattr(block, second)
+        plain = all(type(d) is keras.layers.Dense and not d.lora_enabled
+                    and not d.quantization_mode for d in (a, b))
+        if not plain or a.activation not in ELEMENTWISE_FUNCTIONS:
+            kept.append((block.name, f"{first} -> {second} is not a stock Dense pair with "
+                                     f"an elementwise activation between"))
+            continue
+        found += [Inner(index_of[id(a)], a.name, keras.layers.Dense, keras.layers.Dense,
+                        (("activation", keras.activations.linear),)),
+                  Inner(index_of[id(b)], b.name, keras.layers.Dense, ActivationDense,
+                        (("input_activation", keras.activations.serialize(a.activation)),))]
+    return found, kept
+
+
+def inner_twins(layer, norms=True, attention=True, fuse=True):
+    """([`Inner`], [(sublayer name, why it stays stock)]) for `layer`'s stock norms (with
+    `norms`), attention layers (with `attention`) and, in blocks `tfseg.memory.blocks`
+    knows, Dense pairs (with `fuse`): what a rebuilt copy of `layer` would get. Empty for
+    a model (the rewrite takes those apart)."""
     if isinstance(layer, keras.Model) or not isinstance(layer, keras.layers.Layer):
-        return []
-    found = []
-    for index, sub in enumerate(layer._flatten_layers(include_self=False)):
+        return [], []
+    subs = layer._flatten_layers(include_self=False)
+    index_of = {id(sub): index for index, sub in enumerate(subs)}
+    found, kept = [], []
+    for index, sub in enumerate(subs):
         cls, _ = stateless_twin(sub)
         if cls is not None and (attention if cls is LeanMultiHeadAttention else norms):
-            found.append((index, sub.name, cls))
-    return found
+            found.append(Inner(index, sub.name, type(sub), cls, ()))
+    for block in [layer] + subs:
+        pairs, why = _pairs(block, index_of, fuse)
+        found, kept = found + pairs, kept + why
+    return found, kept
 
 
 def same_scope(twin, layer):
@@ -88,8 +125,8 @@ def _weights(layer):
 
 
 def rebuilt_with_twins(layer, twins, args, kwargs):
-    """Calls a copy of `layer` rebuilt from its config, with `twins` (from
-    `inner_twins`) in it and `layer`'s weights, on `args`; returns (the copy, its
+    """Calls a copy of `layer` rebuilt from its config, with `twins` (`Inner` entries
+    from `inner_twins`) in it and `layer`'s weights, on `args`; returns (the copy, its
     outputs), or (None, None) where the copy's variables or sublayers differ from
     `layer`'s (then `layer` is kept)."""
     try:
@@ -111,13 +148,14 @@ def rebuilt_with_twins(layer, twins, args, kwargs):
         log.info("%s: kept as it is (rebuilt from its config, its sublayers differ)",
                  layer.name)
         return None, None
-    stock = {cls: cls.__mro__[1] for _, _, cls in twins}  # each twin subclasses its stock
-    for index, name, cls in twins:
-        if subs[index].name != name or type(subs[index]) is not stock[cls]:
+    for twin in twins:
+        if subs[twin.index].name != twin.name or type(subs[twin.index]) is not twin.stock:
             log.info("%s: kept as it is (its rebuilt sublayers differ)", layer.name)
             return None, None
     for (_, _, source), (_, _, target) in zip(old, new):
         target.assign(source)
-    for index, _, cls in twins:
-        subs[index].__class__ = cls
+    for twin in twins:
+        subs[twin.index].__class__ = twin.twin
+        for attribute, value in twin.settings:
+            setattr(subs[twin.index], attribute, value)
     return copy, outputs

@@ -180,7 +180,9 @@ def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
                 or (lean_attention and type(layer) is keras.layers.MultiHeadAttention)):
             _norm_or_attention(result, layer)
         if layer.name not in result.replacements and layer.name not in result.inside:
-            twins = inner_twins(layer, norms=inplace_norm, attention=lean_attention)
+            twins, kept = inner_twins(layer, norms=inplace_norm, attention=lean_attention,
+                                      fuse=fuse_relu_conv)
+            result.kept_stock += kept
             if twins:
                 result.inside[layer.name] = twins
         if type(layer) is keras.layers.Dense and fuse_relu_conv and not graph.shared(layer):
