@@ -17,7 +17,8 @@ import pytest
 import tensorflow as tf
 
 from tfseg import memory
-from tfseg.layers import ActivationDense, InplaceLayerNormalization, LeanMultiHeadAttention
+from tfseg.layers import (ActivationDense, InplaceLayerNormalization, LeanMultiHeadAttention,
+                          UpsampledConv2D)
 from tests.memory.test_rewrite import assert_same_training_step, train_step
 
 keras_hub = pytest.importorskip("keras_hub")
@@ -143,3 +144,15 @@ def test_keras_hubs_transformer_encoder_fuses_its_feedforward_exactly(float64):
     assert fused.name == "feedforward_output_dense" and fused.input_activation == "gelu"
     assert sorted(w.path for w in new.weights) == sorted(w.path for w in model.weights)
     assert_same_training_step(model, new, tf.constant(np.random.RandomState(0).randn(2, 9, 16)))
+
+
+def test_deeplab_v3s_classifier_takes_in_the_backbones_last_upsampling():
+    """keras-hub's DeepLabV3 backbone ends in a bilinear upsampling to the image size,
+    which only the segmenter's 1x1 classifier reads: the rewritten classifier convolves
+    the small map and upsamples the class scores (tests/memory/test_nested.py)."""
+    model, size = deeplab_v3()
+    new = memory.rewrite(model)
+    assert memory.changes(model).upsampled == [
+        (f"{model.backbone.name}/backbone_output_upsampling", "segmentation_output")]
+    assert isinstance(new.get_layer("segmentation_output"), UpsampledConv2D)
+    assert new.outputs[0].shape == model.outputs[0].shape

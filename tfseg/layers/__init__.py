@@ -13,6 +13,7 @@ from tfseg.layers.layer_norm import (InplaceLayerNormalization, InplaceRMSNormal
 from tfseg.layers.fused_dense import ActivationDense
 from tfseg.layers.attention import LeanMultiHeadAttention, lean_attention
 from tfseg.layers.resize import ResizeLike
+from tfseg.layers.upsampled_conv import UpsampledConv2D
 from tfseg.layers.class_shards import ClassShards, ShardedLogits, shard_bounds
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "ReluDepthwiseConv2D",
     "ResizeLike",
     "SerialBranches",
+    "UpsampledConv2D",
     "ShardedLogits",
     "inplace_batch_norm",
     "inplace_group_norm",

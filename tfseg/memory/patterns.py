@@ -13,12 +13,14 @@ from tfseg.layers import (
     LeanDepthwiseConv2D,
     ReluConv2D,
     ReluDepthwiseConv2D,
+    UpsampledConv2D,
 )
 from tfseg.layers import elementwise
 from tfseg.memory.inside import inner_twins, stateless_twin
 from tfseg.memory.matchers import (NORM_TWINS, Graph, activation_chain, relu_start,
                                    residual_folds, scaled_input, separable_chain,
                                    shared_relus)
+from tfseg.memory.nested import upsampled_conv
 from tfseg.memory.segments import branch_nodes, segment_nodes
 
 __all__ = ["Changes", "Graph", "changes"]
@@ -36,6 +38,8 @@ class Changes:
     attention: list = dataclasses.field(default_factory=list)  # LeanMultiHeadAttention
     # subclassed layer name -> twins inside a rebuilt copy of it (`tfseg.memory.inside`)
     inside: dict = dataclasses.field(default_factory=dict)
+    # (nested model/its final upsampling, the 1x1 conv after it that takes it in)
+    upsampled: list = dataclasses.field(default_factory=list)
     kept_stock: list = dataclasses.field(default_factory=list)  # (layer name, why it has no twin)
     recomputed: list = dataclasses.field(default_factory=list)  # segment names
     residual: list = dataclasses.field(default_factory=list)  # (norm, Add) pairs folded
@@ -53,6 +57,8 @@ class Changes:
     # id(conv node) -> (Multiply node, its full input, its [N, 1, 1, C] one): the conv
     # multiplies them itself (squeeze-and-excitation), and the Multiply goes
     scaled: dict = dataclasses.field(default_factory=dict, repr=False)
+    # nested model name -> its final upsampling's node: rewritten without it
+    trimmed: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def __str__(self):
         return (
@@ -63,7 +69,8 @@ class Changes:
             f"{len(self.scaled)} channel scales into convs, made {len(self.layer_norms)} layer "
             f"norms output-only and {len(self.attention)} attention layers lean, "
             f"up to {sum(map(len, self.inside.values()))} more inside {len(self.inside)} "
-            f"subclassed layers (where a copy rebuilds them), recomputing "
+            f"subclassed layers (where a copy rebuilds them), moved {len(self.upsampled)} "
+            f"upsamplings after the 1x1 conv that reads them, recomputing "
             f"{len(self.recomputed)} blocks"
             + "".join(f"; kept {name} stock: {why}" for name, why in self.kept_stock)
         )
@@ -117,7 +124,7 @@ def _take_dense_activation(result, graph, node):
 
 def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
             inplace_norm=True, lean_dilated=True, recompute=None, fold_residual=True,
-            lean_attention=True):
+            lean_attention=True, lean_upsampling=True):
     """Finds what `rewrite` would change, without building anything. See `rewrite`."""
     graph = Graph(model)
     result = Changes(recomputed=[segment.name for segment in recompute or ()])
@@ -191,6 +198,16 @@ def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         if type(layer) not in conv_types or graph.shared(layer):
             continue
         if layer.data_format != "channels_last" or getattr(layer, "groups", 1) != 1:
+            continue
+        found = upsampled_conv(graph, node) if lean_upsampling else None
+        if found is not None:
+            nested, upsampling = found
+            result.upsampled.append((f"{nested.operation.name}/{upsampling.operation.name}",
+                                     layer.name))
+            result.trimmed[nested.operation.name] = upsampling
+            result.replacements[layer.name] = (UpsampledConv2D, {
+                "input_upsampling": upsampling.operation.size,
+                "input_interpolation": upsampling.operation.interpolation})
             continue
         is_depthwise = type(layer) is keras.layers.DepthwiseConv2D
         fuse = fuse_relu_depthwise if is_depthwise else fuse_relu_conv

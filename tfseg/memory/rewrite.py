@@ -34,7 +34,7 @@ def as_functional(model):
 
 def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
             inplace_norm=True, lean_dilated=True, recompute=None, recompute_layer=Recompute,
-            fold_residual=True, lean_attention=True):
+            fold_residual=True, lean_attention=True, lean_upsampling=True):
     """Returns a functional model with the memory-saving twins, the same weights and
     the same variable paths.
 
@@ -80,6 +80,11 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         `LeanMultiHeadAttention`, which computes its probabilities again in the
         backward pass instead of keeping them (one with dropout stays stock, and the
         log says so).
+      lean_upsampling: where a nested model (a backbone) ends in an `UpSampling2D`
+        (bilinear or nearest) that only a 1x1 `Conv2D` after it reads, rewrite the
+        nested model without it and the conv as `UpsampledConv2D`, which convolves
+        first and keeps the small map (keras-hub's DeepLabV3). The nested model in the
+        rewritten model then returns the map before the upsampling.
 
     A model nested inside (a backbone inside a task model, a `Sequential` block:
     `as_functional`) is rewritten the same way, with the same options (`recompute`
@@ -99,14 +104,15 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
     """
     graph = Graph(model)
     summary = changes(model, fuse_separable, fuse_relu_depthwise, fuse_relu_conv, inplace_norm,
-                      lean_dilated, recompute, fold_residual, lean_attention)
+                      lean_dilated, recompute, fold_residual, lean_attention, lean_upsampling)
     folded = {id(norm) for norm, _ in summary.folds.values()}
     multiplies = {id(multiply) for multiply, _, _ in summary.scaled.values()}
     new_layers, rebuilt = {}, []
     options = dict(fuse_separable=fuse_separable, fuse_relu_depthwise=fuse_relu_depthwise,
                    fuse_relu_conv=fuse_relu_conv, inplace_norm=inplace_norm,
                    lean_dilated=lean_dilated, recompute_layer=recompute_layer,
-                   fold_residual=fold_residual, lean_attention=lean_attention)
+                   fold_residual=fold_residual, lean_attention=lean_attention,
+                   lean_upsampling=lean_upsampling)
     opaque = [n.operation.name for n in graph.nodes
               if isinstance(n.operation, keras.Model) and as_functional(n.operation) is None]
     if opaque:
@@ -117,6 +123,9 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         if layer not in new_layers:
             nested = as_functional(layer) if isinstance(layer, keras.Model) else None
             if nested is not None:  # a backbone inside a task model: rewritten too
+                if layer.name in summary.trimmed:  # its upsampling goes to the conv after
+                    end = summary.trimmed[layer.name].input_tensors[0]
+                    nested = keras.Model(nested.inputs, end, name=nested.name)
                 new_layers[layer] = rewrite(nested, **options)
             elif isinstance(layer, keras.layers.Layer) and layer.name in summary.replacements:
                 cls, extra = summary.replacements[layer.name]

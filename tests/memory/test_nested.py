@@ -1,0 +1,86 @@
+"""The pattern across a nested model's boundary (tfseg/memory/nested.py): a backbone
+ending in an upsampling, read only by a 1x1 conv in the task model, is rewritten without
+it and the conv takes it in (`UpsampledConv2D`); anything else is left as it is."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfseg import memory
+from tfseg.layers import UpsampledConv2D
+from tests.memory.test_patterns import kept_bytes
+from tests.memory.test_rewrite import assert_same_training_step, step_of
+
+
+def backbone(interpolation="bilinear", also_used=False, shape=(9, 11, 3)):
+    x = keras.Input(shape)
+    h = keras.layers.Conv2D(8, 3, strides=2, padding="same", name="stem")(x)
+    h = keras.layers.BatchNormalization(name="stem_bn")(h)
+    h = keras.layers.ReLU(name="stem_relu")(h)
+    up = keras.layers.UpSampling2D(2, interpolation=interpolation, name="head_upsampling")(h)
+    if also_used:
+        up = keras.layers.Add(name="again")([up, up])
+    return keras.Model(x, up, name="backbone")
+
+
+def task(inner, kernel=1, twice=False):
+    x = keras.Input(inner.inputs[0].shape[1:])
+    features = inner(x)
+    if twice:
+        features = keras.layers.Concatenate(name="both")([features, inner(x)])
+    head = keras.layers.Conv2D(3, kernel, padding="same", name="classes")
+    return keras.Model(x, head(features), name="segmenter")
+
+
+def randomised(model):
+    for w in model.weights:
+        w.assign(np.random.RandomState(len(w.path)).uniform(0.5, 1.5, w.shape))
+    return model
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "nearest"])
+def test_the_upsampling_moves_into_the_conv_after_and_the_step_is_stock(float64,
+                                                                         interpolation):
+    model = randomised(task(backbone(interpolation, shape=(10, 12, 3))))
+    summary = memory.changes(model)
+    assert summary.upsampled == [("backbone/head_upsampling", "classes")]
+    new = memory.rewrite(model)
+    conv = new.get_layer("classes")
+    assert isinstance(conv, UpsampledConv2D) and conv.input_upsampling == (2, 2)
+    assert new.get_layer("backbone").outputs[0].shape[1:3] == (5, 6)  # before the upsampling
+    assert model.get_layer("backbone").outputs[0].shape[1:3] == (10, 12)  # the user's
+    assert sorted(w.path for w in new.weights) == sorted(w.path for w in model.weights)
+    images = tf.constant(np.random.RandomState(0).rand(2, 10, 12, 3))
+    if interpolation == "nearest":
+        assert_same_training_step(model, new, images)
+        return
+    # TF's bilinear resize computes in float32 whatever the dtype: float32's agreement.
+    expected, got = step_of(model, images, True), step_of(new, images, True)
+    np.testing.assert_allclose(got.logits, expected.logits, rtol=1e-6, atol=1e-6)
+    assert expected.grads.keys() == got.grads.keys()
+    scale = max(float(np.abs(g).max()) for g in expected.grads.values())
+    for path, g in expected.grads.items():
+        np.testing.assert_allclose(got.grads[path], g, rtol=1e-5, atol=1e-6 * scale,
+                                   err_msg=path)
+
+
+def test_the_rewritten_task_model_keeps_the_small_map():
+    model = task(backbone(shape=(32, 32, 3)))
+    images = tf.constant(np.random.RandomState(0).rand(2, 32, 32, 3).astype("float32"))
+    upsampled, small = 2 * 32 * 32 * 8 * 4, 2 * 16 * 16 * 8 * 4
+    assert kept_bytes(model, images) - kept_bytes(memory.rewrite(model), images) >= \
+        upsampled - small
+
+
+@pytest.mark.parametrize("case", ["used_inside", "not_1x1", "called_twice", "switched_off"])
+def test_anything_else_stays_as_it_is(case):
+    model = {"used_inside": lambda: task(backbone(also_used=True)),
+             "not_1x1": lambda: task(backbone(), kernel=3),
+             "called_twice": lambda: task(backbone(), twice=True),
+             "switched_off": lambda: task(backbone())}[case]()
+    options = {"lean_upsampling": False} if case == "switched_off" else {}
+    assert memory.changes(model, **options).upsampled == []
+    new = memory.rewrite(model, **options)
+    assert type(new.get_layer("classes")) is not UpsampledConv2D
+    assert new.outputs[0].shape == model.outputs[0].shape
