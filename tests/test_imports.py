@@ -18,9 +18,10 @@ ORDER = ("errors", "config", "layers", "memory", "models", "data", "split", "run
 # imports TensorFlow only once it runs (its parent may not have it loaded); tfseg.training
 # loads its loss on first use, so that the command's lock (tfseg.training.lock) costs no
 # TensorFlow; the Python API and the command import a mode's part when it runs, so that
-# `import tfseg` and --mode=validate import no TensorFlow.
+# `import tfseg` and --mode=validate import no TensorFlow; the rewrite's registry of
+# known blocks loads keras-hub's entries only once keras-hub is loaded.
 LOCAL_OK = {"profile/child.py", "training/__init__.py", "api.py", "cli/modes.py",
-            "cli/main.py", "cli/quiet.py"}
+            "cli/main.py", "cli/quiet.py", "memory/blocks.py"}
 
 
 def tfseg_imports(path):

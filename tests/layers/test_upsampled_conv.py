@@ -17,7 +17,7 @@ def models(size, interpolation, use_bias=True, activation=None, shape=(7, 9, 6))
     twin = keras.Model(inputs, UpsampledConv2D(
         5, 1, use_bias=use_bias, activation=activation, input_upsampling=size,
         input_interpolation=interpolation, name="head")(inputs))
-    for w in stock.weights:  # a bias away from zero, so that its commuting is checked
+    for w in stock.weights:  # a bias away from zero, so that its place is checked
         w.assign(np.random.RandomState(len(w.path)).uniform(-1, 1, w.shape))
     twin.set_weights(stock.get_weights())
     return stock, twin

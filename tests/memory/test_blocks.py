@@ -37,9 +37,18 @@ class Unknown(Mlp):
     """The same block, not registered: the rewrite cannot know its `call`."""
 
 
+class Renamed(Mlp):
+    """Registered with attribute names it does not have (a library's later version)."""
+
+
 @blocks.register_block(Mlp)
 def _mlp(layer):
     return [("up", "down")], None
+
+
+@blocks.register_block(Renamed)
+def _renamed(layer):
+    return [("fc1", "fc2")], None
 
 
 def model_of(block, tokens=9, width=8):
@@ -72,5 +81,10 @@ def test_an_unregistered_block_and_a_pair_that_cannot_fuse_stay_stock():
     assert summary.inside == {}
     assert summary.kept_stock == [("mlp", "up -> down is not a stock Dense pair with an "
                                           "elementwise activation between")]
+    assert memory.changes(model_of(Renamed(name="mlp"))).kept_stock == [
+        ("mlp", "fc1 -> fc2 is not a stock Dense pair with an elementwise activation between")]
+    summary = memory.changes(model_of(Mlp(activation="softmax", name="mlp")),
+                             fuse_relu_conv=False)
+    assert summary.kept_stock == [] and summary.inside == {}
     new = memory.rewrite(model_of(Mlp(name="mlp")), fuse_relu_conv=False)
     assert ActivationDense not in {type(layer) for layer in new._flatten_layers()}

@@ -125,10 +125,11 @@ def test_vits_subclassed_blocks_get_the_transformer_twins():
 
 
 def test_a_vit_mlp_with_dropout_between_its_dense_layers_stays_stock_and_says_why():
-    model = benchmark.vit(keras_hub, 32, patch=8, layers=1, heads=2, width=16, mlp=32,
-                          classes=3)
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(32, 32, 3), patch_size=8, num_layers=1, num_heads=2, hidden_dim=16,
+        mlp_dim=32, dropout_rate=0.1, attention_dropout=0.0)
+    model = keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=3)
     mlp = next(layer for layer in model._flatten_layers() if layer.name.startswith("mlp"))
-    mlp.dropout_rate = 0.1
     summary = memory.changes(model.backbone)  # the task model's nested functional one
     assert (mlp.name, "dropout 0.1 between its two Dense layers") in summary.kept_stock
     kinds = {type(layer) for layer in memory.rewrite(model)._flatten_layers()}

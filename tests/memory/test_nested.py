@@ -24,13 +24,16 @@ def backbone(interpolation="bilinear", also_used=False, shape=(9, 11, 3)):
     return keras.Model(x, up, name="backbone")
 
 
-def task(inner, kernel=1, twice=False):
+def task(inner, kernel=1, twice=False, also_read=False, also_output=False):
     x = keras.Input(inner.inputs[0].shape[1:])
     features = inner(x)
     if twice:
         features = keras.layers.Concatenate(name="both")([features, inner(x)])
-    head = keras.layers.Conv2D(3, kernel, padding="same", name="classes")
-    return keras.Model(x, head(features), name="segmenter")
+    logits = keras.layers.Conv2D(3, kernel, padding="same", name="classes")(features)
+    if also_read:
+        logits = keras.layers.Concatenate(name="with_features")([logits, features])
+    outputs = [logits, features] if also_output else logits
+    return keras.Model(x, outputs, name="segmenter")
 
 
 def randomised(model):
@@ -73,14 +76,17 @@ def test_the_rewritten_task_model_keeps_the_small_map():
         upsampled - small
 
 
-@pytest.mark.parametrize("case", ["used_inside", "not_1x1", "called_twice", "switched_off"])
+@pytest.mark.parametrize("case", ["not_last", "not_1x1", "called_twice", "also_read",
+                                  "also_output", "switched_off"])
 def test_anything_else_stays_as_it_is(case):
-    model = {"used_inside": lambda: task(backbone(also_used=True)),
+    model = {"not_last": lambda: task(backbone(also_used=True)),
              "not_1x1": lambda: task(backbone(), kernel=3),
              "called_twice": lambda: task(backbone(), twice=True),
+             "also_read": lambda: task(backbone(), also_read=True),
+             "also_output": lambda: task(backbone(), also_output=True),
              "switched_off": lambda: task(backbone())}[case]()
     options = {"lean_upsampling": False} if case == "switched_off" else {}
     assert memory.changes(model, **options).upsampled == []
     new = memory.rewrite(model, **options)
     assert type(new.get_layer("classes")) is not UpsampledConv2D
-    assert new.outputs[0].shape == model.outputs[0].shape
+    assert [t.shape for t in new.outputs] == [t.shape for t in model.outputs]

@@ -52,15 +52,19 @@ class ActivationDense(keras.layers.Dense):
     def __init__(self, *args, input_activation="gelu", **kwargs):
         super().__init__(*args, **kwargs)
         self.input_activation = input_activation
-        deserialize(input_activation)  # a value it cannot run is refused here
 
     @property
-    def _input_fn(self):
-        # Derived, not stored, so that a stock Dense made this twin in place
-        # (`tfseg.memory.inside`) needs only `input_activation`.
-        fn = deserialize(self.input_activation)
+    def input_activation(self):
+        return self._input_activation
+
+    @input_activation.setter
+    def input_activation(self, value):
+        # A setter, so that a stock Dense made this twin in place (`tfseg.memory.inside`)
+        # needs only `input_activation`; the function is made once, here, not in call.
+        fn = deserialize(value)
+        self._input_activation = value
         # "relu" keeps TF's ReluGrad (a mask from the input); others are differentiated.
-        return "relu" if fn is keras.activations.relu else fn
+        self._input_fn = "relu" if fn is keras.activations.relu else fn
 
     def call(self, inputs, training=None):
         kernel = ops.cast(self.kernel, self.compute_dtype)

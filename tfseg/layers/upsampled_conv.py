@@ -3,8 +3,8 @@
 keras-hub's DeepLabV3 upsamples its 256-channel head to the image size, and the task's
 1x1 classifier conv keeps that map for its kernel gradient: 512 MiB at 512x512, batch 2,
 and as much again for the map's gradient in the backward pass. Upsampling (bilinear or
-nearest) is linear over pixels and a 1x1 conv linear over channels, so they commute;
-bilinear and nearest weights sum to one, so the bias commutes too. The twin convolves at
+nearest) is linear over pixels and a 1x1 conv's kernel linear over channels, so they
+commute; the bias and activation come after both, as in stock. The twin convolves at
 the small size and upsamples the class scores: it keeps the small map, and the resize's
 gradient brings the output gradient down to the small size before the kernel and input
 gradients are made. The values are the stock composition's up to the order of float

@@ -9,7 +9,8 @@ rebuilt by `tfseg.memory.inside`.
 
 A library's entries live in their own module (`tfseg/memory/hub_blocks.py` for
 keras-hub), imported only once that library is: a model made of its layers has imported
-it, and tfseg never needs it otherwise.
+it, and tfseg never needs it otherwise. A version of the library whose classes moved
+registers nothing there (and the log says so): its blocks stay stock.
 
 Example:
 
@@ -23,14 +24,11 @@ Example:
 ([('fc1', 'fc2')], None)
 """
 
-import importlib
 import sys
 
 # block class -> function(built block) -> ([(first Dense's attribute, second's)], why
 # none fuse or None)
 _REGISTRY = {}
-# library -> the tfseg module that registers its blocks
-_LIBRARIES = {"keras_hub": "tfseg.memory.hub_blocks"}
 
 
 def register_block(cls):
@@ -39,7 +37,8 @@ def register_block(cls):
     reason where none fuse or None). List a pair only where the block's `call` passes the
     first's output to the second alone, through nothing that is not the identity."""
     def decorator(function):
-        _REGISTRY[cls] = function
+        if cls is not None:  # None: a class the installed library does not have
+            _REGISTRY[cls] = function
         return function
     return decorator
 
@@ -47,8 +46,7 @@ def register_block(cls):
 def fusions(layer):
     """([(first Dense's attribute, second's)], why none fuse or None) for `layer`, a block
     of a registered class; ([], None) for any other layer."""
-    for library, module in _LIBRARIES.items():
-        if library in sys.modules:
-            importlib.import_module(module)
+    if "keras_hub" in sys.modules:
+        from tfseg.memory import hub_blocks  # noqa: F401  (registers keras-hub's blocks)
     function = _REGISTRY.get(type(layer))
     return ([], None) if function is None else function(layer)

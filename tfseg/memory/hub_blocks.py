@@ -1,15 +1,23 @@
 """keras-hub's blocks whose `call` the rewrite knows (`tfseg.memory.blocks`).
 
-Imported by `tfseg.memory.blocks` only once keras-hub is; each entry names the file and
-the lines of keras-hub 0.32 it reads. A later keras-hub whose block computes otherwise
-fails `tests/memory/test_hub.py` (the rewritten model's outputs and gradients against
-stock), not a user's training.
+Imported by `tfseg.memory.blocks` only once keras-hub is; each entry names the file of
+keras-hub 0.32 it reads. A keras-hub whose classes moved registers nothing (their blocks
+stay stock); one whose attributes changed keeps the pair stock and says why
+(`tfseg.memory.inside`); one whose block computes otherwise fails
+`tests/memory/test_hub.py` (the rewritten model's outputs and gradients against stock).
 """
 
-from keras_hub.src.layers.modeling.transformer_encoder import TransformerEncoder
-from keras_hub.src.models.vit.vit_layers import MLP
+import logging
 
 from tfseg.memory.blocks import register_block
+
+try:
+    from keras_hub.src.layers.modeling.transformer_encoder import TransformerEncoder
+    from keras_hub.src.models.vit.vit_layers import MLP
+except ImportError as error:  # another keras-hub: its blocks stay stock
+    logging.getLogger("tfseg.memory").info("keras-hub's blocks are not registered: %s",
+                                           error)
+    TransformerEncoder = MLP = None
 
 
 @register_block(MLP)

@@ -62,13 +62,15 @@ Inner = collections.namedtuple("Inner", "index name stock twin settings")
 def _pairs(block, index_of, fuse):
     """Inner entries for the Dense pairs that fuse inside `block` (`tfseg.memory.blocks`),
     and [(block name, why)] where a registered block keeps a pair stock."""
+    if not fuse:
+        return [], []
     pairs, why = fusions(block)
     found, kept = [], [] if why is None else [(block.name, why)]
-    for first, second in pairs if fuse else ():
-        a, b = getattr(block, first), getattr(block, second)
+    for first, second in pairs:
+        a, b = getattr(block, first, None), getattr(block, second, None)
         plain = all(type(d) is keras.layers.Dense and not d.lora_enabled
                     and not d.quantization_mode for d in (a, b))
-        if not plain or a.activation not in ELEMENTWISE_FUNCTIONS:
+        if not plain or a.activation not in ELEMENTWISE_FUNCTIONS or id(b) not in index_of:
             kept.append((block.name, f"{first} -> {second} is not a stock Dense pair with "
                                      f"an elementwise activation between"))
             continue

@@ -22,8 +22,9 @@ def _is_one_by_one(layer):
 
 
 def final_upsampling(model):
-    """The node of the `UpSampling2D` (bilinear or nearest, channels last) that makes a
-    functional `model`'s only output and feeds nothing else in it, else None."""
+    """The node of the `UpSampling2D` (bilinear or nearest, channels last, called once)
+    that makes a functional `model`'s only output, else None. (Nothing else in the model
+    reads it: a node no output needs is not in the model.)"""
     if not hasattr(model, "_nodes_by_depth") or len(model.outputs) != 1:
         return None
     output = model.outputs[0]
@@ -33,9 +34,7 @@ def final_upsampling(model):
             or layer.interpolation not in INTERPOLATIONS or layer.data_format != "channels_last"
             or len(layer._inbound_nodes) != 1):
         return None
-    users = [n for nodes in model._nodes_by_depth.values() for n in nodes
-             if any(t is output for t in n.input_tensors)]
-    return None if users else node
+    return node
 
 
 def upsampled_conv(graph, conv):

@@ -68,7 +68,8 @@ class Changes:
             f"output-only ({len(self.residual)} with their residual add), folded "
             f"{len(self.scaled)} channel scales into convs, made {len(self.layer_norms)} layer "
             f"norms output-only and {len(self.attention)} attention layers lean, "
-            f"up to {sum(map(len, self.inside.values()))} more inside {len(self.inside)} "
+            f"up to {sum(t.twin is not t.stock for ts in self.inside.values() for t in ts)} "
+            f"more inside {len(self.inside)} "
             f"subclassed layers (where a copy rebuilds them), moved {len(self.upsampled)} "
             f"upsamplings after the 1x1 conv that reads them, recomputing "
             f"{len(self.recomputed)} blocks"
@@ -189,7 +190,7 @@ def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         if layer.name not in result.replacements and layer.name not in result.inside:
             twins, kept = inner_twins(layer, norms=inplace_norm, attention=lean_attention,
                                       fuse=fuse_relu_conv)
-            result.kept_stock += kept
+            result.kept_stock += [k for k in kept if k not in result.kept_stock]
             if twins:
                 result.inside[layer.name] = twins
         if type(layer) is keras.layers.Dense and fuse_relu_conv and not graph.shared(layer):
@@ -199,7 +200,8 @@ def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
             continue
         if layer.data_format != "channels_last" or getattr(layer, "groups", 1) != 1:
             continue
-        found = upsampled_conv(graph, node) if lean_upsampling else None
+        found = (upsampled_conv(graph, node) if lean_upsampling and id(node) not in taken
+                 else None)
         if found is not None:
             nested, upsampling = found
             result.upsampled.append((f"{nested.operation.name}/{upsampling.operation.name}",

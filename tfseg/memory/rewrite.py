@@ -84,7 +84,8 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         (bilinear or nearest) that only a 1x1 `Conv2D` after it reads, rewrite the
         nested model without it and the conv as `UpsampledConv2D`, which convolves
         first and keeps the small map (keras-hub's DeepLabV3). The nested model in the
-        rewritten model then returns the map before the upsampling.
+        rewritten model then returns the map before the upsampling. A nested
+        `Sequential` keeps its upsampling.
 
     A model nested inside (a backbone inside a task model, a `Sequential` block:
     `as_functional`) is rewritten the same way, with the same options (`recompute`
