@@ -9,12 +9,12 @@ from tfseg.layers import LeanMultiHeadAttention
 from tests.memory.test_patterns import kept_bytes
 
 
-def models(cls, tokens=9, keys=7, width=12, heads=3, mask=False, **options):
+def models(cls, tokens=9, keys=7, width=12, heads=3, mask=False, key_dim=4, **options):
     query, value = keras.Input((tokens, width)), keras.Input((keys, width))
     kwargs = {}
     if mask:  # query i sees the first i keys: the first sees none (a padded query)
         kwargs["attention_mask"] = np.tril(np.ones((tokens, keys), bool), -1)[None]
-    out = cls(heads, 4, name="attention", **options)(query, value, **kwargs)
+    out = cls(heads, key_dim, name="attention", **options)(query, value, **kwargs)
     return keras.Model([query, value], out)
 
 
@@ -34,7 +34,8 @@ def step(model, inputs, upstream, training=True):
                   **{w.path: g for w, g in zip(model.trainable_weights, grads[2:])}}
 
 
-@pytest.mark.parametrize("options", [{}, {"mask": True}, {"value_dim": 5},
+# key_dim 3: a scale of 1 / sqrt(3), which float32 does not hold exactly.
+@pytest.mark.parametrize("options", [{}, {"mask": True}, {"value_dim": 5}, {"key_dim": 3},
                                      {"dropout": 0.5, "training": False}])
 def test_outputs_and_gradients_equal_stock_in_float64(float64, options):
     training = options.pop("training", True)
@@ -52,13 +53,22 @@ def test_outputs_and_gradients_equal_stock_in_float64(float64, options):
                                    err_msg=path)
 
 
-def test_dropout_in_training_runs_the_stock_code():
-    _, lean = pair(dropout=0.5)
+def test_dropout_in_training_replays_the_stock_mask_exactly(float64):
+    """Dropout 0.5 on the probabilities: from the same seed state, the twin drops what
+    stock drops, forward and backward (its mask drawn again from the seed)."""
+    stock, lean = pair(dropout=0.5)
+    lean.get_layer("attention")._dropout_layer.seed_generator.state.assign(
+        stock.get_layer("attention")._dropout_layer.seed_generator.state)
     rng = np.random.RandomState(0)
-    inputs = [tf.constant(rng.randn(1, 9, 12).astype("float32")) for _ in range(2)]
-    inputs[1] = inputs[1][:, :7]
+    inputs = [tf.constant(rng.randn(2, 9, 12)), tf.constant(rng.randn(2, 7, 12))]
+    upstream = tf.constant(rng.randn(2, 9, 12))
+    (loss_a, expected), (loss_b, got) = (step(m, inputs, upstream) for m in (stock, lean))
+    np.testing.assert_allclose(loss_b.numpy(), loss_a.numpy(), rtol=1e-12)
+    for path, g in expected.items():
+        np.testing.assert_allclose(got[path].numpy(), g.numpy(), rtol=1e-10, atol=1e-12,
+                                   err_msg=path)
     first, second = (lean(inputs, training=True).numpy() for _ in range(2))
-    assert not np.allclose(first, second)  # a new random mask each call
+    assert not np.allclose(first, second)  # a new mask each call
     assert not np.allclose(first, lean(inputs, training=False).numpy())
 
 

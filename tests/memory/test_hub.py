@@ -8,6 +8,7 @@ stock reference as stock's own float32 gradients are.
 keras-hub is a test-only dependency, installed with --no-deps (docs/testing.md).
 """
 
+import collections
 import importlib.util
 import pathlib
 
@@ -145,6 +146,32 @@ def test_keras_hubs_transformer_encoder_fuses_its_feedforward_exactly(float64):
     assert fused.name == "feedforward_output_dense" and fused.input_activation == "gelu"
     assert sorted(w.path for w in new.weights) == sorted(w.path for w in model.weights)
     assert_same_training_step(model, new, tf.constant(np.random.RandomState(0).randn(2, 9, 16)))
+
+
+def test_segformers_mit_blocks_are_rebuilt_with_their_twins_and_stay_exact(float64):
+    """MiT's blocks do not rebuild from their config: a registered function rebuilds
+    them (tfseg/memory/hub_blocks.py), with output-only layer norms, the attention
+    without its probabilities (their dropout, 0.1 in keras-hub, replayed from the seed)
+    and MixFFN's tanh GELU taken into fc2. The step equals stock's, masks included."""
+    from tfseg.memory.hub_twins import LeanMixFFN, LeanSegFormerAttention
+
+    model, size = segformer()
+    attention = [l for l in model._flatten_layers()
+                 if type(l).__name__ == "SegFormerMultiheadAttention"]
+    assert attention and all(a.dropout.rate == 0.1 for a in attention)
+    inside = {id(d) for a in attention for d in (a.dropout, a.proj_drop)}
+    for layer in model._flatten_layers():  # the decoder's dropout, a layer both models
+        if isinstance(layer, keras.layers.Dropout) and id(layer) not in inside:  # share: off
+            layer.rate = 0.0
+    new = memory.rewrite(model)
+    kinds = collections.Counter(type(l) for l in new._flatten_layers())
+    assert kinds[LeanSegFormerAttention] == kinds[LeanMixFFN] == 4  # one block a stage
+    fused = [l for l in new._flatten_layers() if isinstance(l, ActivationDense)]
+    assert len(fused) == 4 and {l.input_activation for l in fused} == {"gelu_tanh"}
+    assert kinds[InplaceLayerNormalization] >= 4 * 2
+    assert sorted(w.path for w in new.weights) == sorted(w.path for w in model.weights)
+    images = tf.constant(np.random.RandomState(0).rand(2, size, size, 3))
+    assert_same_training_step(model, new, images)
 
 
 def test_deeplab_v3s_classifier_takes_in_the_backbones_last_upsampling():

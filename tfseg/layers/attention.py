@@ -9,9 +9,11 @@ output gradient arrives, in the spirit of FlashAttention's recompute (Dao et al.
 NeurIPS 2022, https://arxiv.org/abs/2205.14135), without its tiling: the backward
 pass holds one layer's probabilities at a time, the forward pass none.
 
-Dropout on the probabilities draws a random mask that the backward pass would have
-to replay; `LeanMultiHeadAttention` runs the stock code in training when its
-dropout is on, and `tfseg.memory.rewrite` keeps such layers stock and says so.
+Dropout on the probabilities draws a random mask that the backward pass must
+replay: `lean_attention` takes the seed Keras' `Dropout` would draw and draws the
+same mask again from it (`tf.nn.experimental.stateless_dropout`, as Keras does on
+TensorFlow), so a twin whose dropout starts from the stock layer's seed state drops
+what stock drops.
 """
 
 import keras
@@ -26,13 +28,26 @@ def _large_negative(dtype):
     return tf.constant((65500.0 if dtype == tf.float16 else 3.38953e38) * -0.7, dtype)
 
 
-def lean_attention(query, key, value, *, scale, mask=None, name=None):
+def keras_seed(generator):
+    """The int32 seed `keras.random.dropout(..., seed=generator)` draws on TensorFlow
+    (and the generator advances as it does there)."""
+    seed = generator.next()
+    if seed.dtype == tf.int32:
+        return seed
+    return tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
+
+
+def lean_attention(query, key, value, *, scale, mask=None, dropout=None, name=None):
     """softmax(scale * Q K^T, masked) V, keeping Q, K, V and the mask only.
 
     Args:
       query: [B, T, N, H]; key: [B, S, N, H]; value: [B, S, N, Hv].
-      scale: the logits' factor, usually 1 / sqrt(H).
+      scale: the logits' factor, usually 1 / sqrt(H): a Python number (taken in the
+        logits' precision) or a tensor.
       mask: None or a boolean tensor broadcastable to [B, N, T, S] (True: attend).
+      dropout: None or (rate, seed): dropout on the probabilities (in value's dtype),
+        drawn as Keras' `Dropout` draws it from the int32 seed (`keras_seed`); the
+        backward pass draws the same mask again.
       name: the name scope of the backward pass's ops.
 
     Returns [B, T, N, Hv] in value's dtype, with the arithmetic of
@@ -41,18 +56,25 @@ def lean_attention(query, key, value, *, scale, mask=None, name=None):
     """
     stat = tf.float64 if query.dtype == tf.float64 else tf.float32
     dtypes = (query.dtype, key.dtype, value.dtype)
+    # Not tf.cast: it would make a Python float a float32 constant first.
+    scale = tf.cast(tf.convert_to_tensor(scale, dtype_hint=stat), stat)
 
     def probabilities(q, k):
-        logits = tf.cast(tf.einsum("BTNH,BSNH->BNTS", q, k), stat) * tf.cast(scale, stat)
+        logits = tf.cast(tf.einsum("BTNH,BSNH->BNTS", q, k), stat) * scale
         if mask is not None:
             logits = tf.where(mask, logits, _large_negative(stat))
         return tf.nn.softmax(logits, axis=-1)
+
+    def dropped(t):
+        if dropout is None:
+            return t
+        return tf.nn.experimental.stateless_dropout(t, rate=dropout[0], seed=dropout[1])
 
     @tf.custom_gradient
     def forward(q, k, v):
         # stop_gradient: eager ops in here would otherwise stay on the outer tape (P1).
         q, k, v = (tf.stop_gradient(t) for t in (q, k, v))
-        out = tf.einsum("BNTS,BSNH->BTNH", tf.cast(probabilities(q, k), k.dtype), v)
+        out = tf.einsum("BNTS,BSNH->BTNH", dropped(tf.cast(probabilities(q, k), v.dtype)), v)
 
         def backward(dy):
             with tf.name_scope(name or "attention"):
@@ -61,14 +83,19 @@ def lean_attention(query, key, value, *, scale, mask=None, name=None):
                 q_g, k_g, v_g = (_gated(t, dy) for t in (q, k, v))
                 p = probabilities(q_g, k_g)
                 dy_s, q_s, k_s, v_s = (tf.cast(t, stat) for t in (dy, q_g, k_g, v_g))
-                dv = tf.einsum("BNTS,BTNH->BSNH", p, dy_s)
+                applied = p
+                if dropout is not None:  # the same mask, drawn again from the seed
+                    applied = tf.cast(dropped(tf.cast(p, v.dtype)), stat)
+                dv = tf.einsum("BNTS,BTNH->BSNH", applied, dy_s)
                 dp = tf.einsum("BTNH,BSNH->BNTS", dy_s, v_s)
+                if dropout is not None:  # d dropout(p) / dp: the mask over (1 - rate)
+                    dp *= tf.cast(dropped(tf.ones_like(tf.cast(p, v.dtype))), stat)
                 dlogits = p * (dp - tf.reduce_sum(dp * p, -1, keepdims=True))
                 if mask is not None:
                     # A row that sees no key is uniform over masked logits: their constant
                     # fill takes no gradient (stock's tf.where sends none back).
                     dlogits = tf.where(mask, dlogits, tf.zeros_like(dlogits))
-                dlogits *= tf.cast(scale, stat)
+                dlogits *= scale
                 dq = tf.einsum("BNTS,BSNH->BTNH", dlogits, k_s)
                 dk = tf.einsum("BNTS,BTNH->BSNH", dlogits, q_s)
                 return [tf.cast(g, d) for g, d in zip((dq, dk, dv), dtypes)]
@@ -84,9 +111,10 @@ class LeanMultiHeadAttention(keras.layers.MultiHeadAttention):
     attention probabilities (`lean_attention`).
 
     Same arguments and variables (query/key/value/attention_output projections),
-    names and order. The stock code runs where the twin does not apply: attention
-    scores returned, dropout in training, or more than one attention axis (a causal
-    mask arrives as a mask). Shapes: as the stock layer's.
+    names and order; dropout on the probabilities is replayed from its seed. The
+    stock code runs where the twin does not apply: attention scores returned or more
+    than one attention axis (a causal mask arrives as a mask). Shapes: as the stock
+    layer's.
 
     Example:
 
@@ -97,8 +125,7 @@ class LeanMultiHeadAttention(keras.layers.MultiHeadAttention):
 
     def _compute_attention(self, query, key, value, attention_mask=None, training=None,
                            return_attention_scores=False, use_causal_mask=False):
-        if (return_attention_scores or (training and self._dropout > 0.0)
-                or len(query.shape) != 4):
+        if return_attention_scores or len(query.shape) != 4:
             return super()._compute_attention(
                 query, key, value, attention_mask=attention_mask, training=training,
                 return_attention_scores=return_attention_scores,
@@ -108,6 +135,11 @@ class LeanMultiHeadAttention(keras.layers.MultiHeadAttention):
             mask = ops.cast(attention_mask, "bool")
             while len(mask.shape) < 4:
                 mask = ops.expand_dims(mask, axis=-3)
-        out = lean_attention(query, key, value, scale=self._inverse_sqrt_key_dim, mask=mask,
+        # The scale as the stock code makes it (a Python float through float32).
+        scale = ops.cast(self._inverse_sqrt_key_dim, query.dtype)
+        dropout = None
+        if training and self._dropout > 0.0:  # the seed the stock Dropout would draw
+            dropout = (self._dropout, keras_seed(self._dropout_layer.seed_generator))
+        out = lean_attention(query, key, value, scale=scale, mask=mask, dropout=dropout,
                              name=self.name)
         return out, None

@@ -7,8 +7,8 @@ alone, with no state: ReLU and its variants, the sigmoid family, GELU. Softmax
 (not elementwise), PReLU (weights) and Dropout (random) are not.
 
 An activation is stored in a twin's config as `input_activation`: "relu", or the
-name of another `keras.activations` function (an `Activation` layer's), or the
-serialized layer (`ReLU` with options, `LeakyReLU`, `ELU`).
+name of another `keras.activations` function (an `Activation` layer's), "gelu_tanh"
+(GELU's tanh approximation), or the serialized layer (`ReLU` with options, `LeakyReLU`, `ELU`).
 """
 
 import keras
@@ -17,8 +17,18 @@ import keras
 _FUNCTIONS = ("relu", "relu6", "silu", "swish", "hard_silu", "hard_swish", "gelu",
               "leaky_relu", "elu", "selu", "sigmoid", "hard_sigmoid", "tanh", "softplus",
               "softsign", "mish", "celu", "exponential")
+
+
+def gelu_tanh(x):
+    """GELU's tanh approximation: `keras.ops.nn.gelu`'s default, which blocks that call
+    it in their `call` use (keras-hub's MixFFN); `keras.activations.gelu` is exact."""
+    return keras.activations.gelu(x, approximate=True)
+
+
+# Names an `input_activation` may take beyond `keras.activations`'.
+_EXTRA = {"gelu_tanh": gelu_tanh}
 ELEMENTWISE_FUNCTIONS = {getattr(keras.activations, n) for n in _FUNCTIONS
-                         if hasattr(keras.activations, n)}
+                         if hasattr(keras.activations, n)} | set(_EXTRA.values())
 # Activation layers with options and no weights (exact classes: a subclass may differ).
 ELEMENTWISE_LAYERS = (keras.layers.ReLU, keras.layers.LeakyReLU, keras.layers.ELU)
 
@@ -51,7 +61,7 @@ def serialize(layer):
 def deserialize(value):
     """The function an `input_activation` config value names: tensor -> tensor."""
     if isinstance(value, str):
-        function = keras.activations.get(value)
+        function = _EXTRA.get(value) or keras.activations.get(value)
         if function not in ELEMENTWISE_FUNCTIONS:
             raise ValueError(f"input_activation {value!r} is not an elementwise activation")
         return function

@@ -1,11 +1,17 @@
-"""What the rewrite knows of other libraries' subclassed blocks: the pairs inside that fuse.
+"""What the rewrite knows of other libraries' subclassed blocks: the pairs inside that
+fuse, the twins of blocks that compute in their `call`, and how to rebuild a block whose
+config does not.
 
 The rewrite sees a subclassed layer as one node and cannot read its `call`, so it cannot
 prove that a Dense layer's activation flows only into the next Dense layer (a
 transformer MLP's GELU, 4x the model width, which stock keeps twice). Where a block's
 `call` is known, a registered function says which pairs in it fuse: for each, the first
 Dense gives up its activation and the second takes it in (`ActivationDense`), in a copy
-rebuilt by `tfseg.memory.inside`.
+rebuilt by `tfseg.memory.inside`. Where a block computes in its own `call` what a twin
+must take over (a GELU called as `ops.nn.gelu`, attention written out), a registered
+twin class, a subclass adding no state, replaces it there (`register_twin`); where a
+block's config does not rebuild it (keras-hub's MiT blocks), a registered function
+makes the copy (`register_rebuild`).
 
 A library's entries live in their own module (`tfseg/memory/hub_blocks.py` for
 keras-hub), imported only once that library is: a model made of its layers has imported
@@ -29,6 +35,12 @@ import sys
 # block class -> function(built block) -> ([(first Dense's attribute, second's)], why
 # none fuse or None)
 _REGISTRY = {}
+# block class -> (option of `tfseg.memory.rewrite` that turns it on, function(built
+# block) -> (twin class or None, {attribute: (its twin class, ((attribute, value), ...))},
+# why there is no twin or None))
+_TWINS = {}
+# block class -> function(built block) -> an unbuilt copy with the same sublayers
+_REBUILDS = {}
 
 
 def register_block(cls):
@@ -43,10 +55,53 @@ def register_block(cls):
     return decorator
 
 
+def register_twin(cls, option):
+    """Registers the decorated function as the twin of blocks of class `cls`, used where
+    the rewrite's `option` ("fuse_relu_conv", "lean_attention") is on: it takes a built
+    block and returns (the twin class, or None; {attribute of a sublayer: (the class
+    that sublayer takes, its (attribute, value) settings)}; why there is no twin, or
+    None). The twin class subclasses `cls` and adds no state."""
+    def decorator(function):
+        if cls is not None:
+            _TWINS[cls] = (option, function)
+        return function
+    return decorator
+
+
+def register_rebuild(cls):
+    """Registers the decorated function as how to copy a block of class `cls` whose
+    config does not rebuild it: it takes the built block and returns an unbuilt one
+    with the same sublayers, names and settings."""
+    def decorator(function):
+        if cls is not None:
+            _REBUILDS[cls] = function
+        return function
+    return decorator
+
+
+def _known():
+    if "keras_hub" in sys.modules:
+        from tfseg.memory import hub_blocks  # noqa: F401  (registers keras-hub's blocks)
+
+
+def twin(layer, options):
+    """(twin class or None, {attribute: (class, settings)}, why or None) for `layer`, a
+    block of a registered class whose option is in `options`; (None, {}, None) else."""
+    _known()
+    option, function = _TWINS.get(type(layer), (None, None))
+    return (None, {}, None) if option not in options else function(layer)
+
+
+def rebuild(layer):
+    """An unbuilt copy of `layer` from its registered function; None if none is."""
+    _known()
+    function = _REBUILDS.get(type(layer))
+    return None if function is None else function(layer)
+
+
 def fusions(layer):
     """([(first Dense's attribute, second's)], why none fuse or None) for `layer`, a block
     of a registered class; ([], None) for any other layer."""
-    if "keras_hub" in sys.modules:
-        from tfseg.memory import hub_blocks  # noqa: F401  (registers keras-hub's blocks)
+    _known()
     function = _REGISTRY.get(type(layer))
     return ([], None) if function is None else function(layer)

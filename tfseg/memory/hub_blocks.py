@@ -9,15 +9,21 @@ stay stock); one whose attributes changed keeps the pair stock and says why
 
 import logging
 
-from tfseg.memory.blocks import register_block
+from tfseg.layers import ActivationDense
+from tfseg.memory.blocks import register_block, register_rebuild, register_twin
 
 try:
     from keras_hub.src.layers.modeling.transformer_encoder import TransformerEncoder
+    from keras_hub.src.models.mit.mit_layers import (HierarchicalTransformerEncoder, MixFFN,
+                                                     SegFormerMultiheadAttention)
     from keras_hub.src.models.vit.vit_layers import MLP
+
+    from tfseg.memory.hub_twins import LeanMixFFN, LeanSegFormerAttention
 except ImportError as error:  # another keras-hub: its blocks stay stock
     logging.getLogger("tfseg.memory").info("keras-hub's blocks are not registered: %s",
                                            error)
-    TransformerEncoder = MLP = None
+    TransformerEncoder = MLP = HierarchicalTransformerEncoder = None
+    MixFFN = SegFormerMultiheadAttention = None
 
 
 @register_block(MLP)
@@ -34,3 +40,28 @@ def _transformer_encoder(layer):
     """keras-hub's `TransformerEncoder` (`layers/modeling/transformer_encoder.py`): the
     feedforward's intermediate Dense (its activation) feeds its output Dense alone."""
     return [("_feedforward_intermediate_dense", "_feedforward_output_dense")], None
+
+
+@register_rebuild(HierarchicalTransformerEncoder)
+def _mit_block(layer):
+    """MiT's block (`models/mit/mit_layers.py`): its config writes `drop_prop` and
+    `mlp` where its constructor takes `drop_prob` and builds the MLP itself; its
+    attention's two dropout rates are fixed there, so a rate set since is copied."""
+    copy = type(layer)(layer.project_dim, layer.num_heads, sr_ratio=layer.attn.sr_ratio,
+                       drop_prob=layer.drop_prop, layer_norm_epsilon=layer.norm1.epsilon,
+                       name=layer.name, dtype=layer.dtype_policy)
+    for attribute in ("dropout", "proj_drop"):
+        getattr(copy.attn, attribute).rate = getattr(layer.attn, attribute).rate
+    return copy
+
+
+@register_twin(MixFFN, "fuse_relu_conv")
+def _mix_ffn(layer):
+    """MixFFN: fc1 -> depthwise conv -> GELU (tanh) -> fc2; the GELU goes into fc2."""
+    return LeanMixFFN, {"fc2": (ActivationDense, (("input_activation", "gelu_tanh"),))}, None
+
+
+@register_twin(SegFormerMultiheadAttention, "lean_attention")
+def _segformer_attention(layer):
+    """SegFormer's attention: the probabilities are recomputed, their dropout replayed."""
+    return LeanSegFormerAttention, {}, None

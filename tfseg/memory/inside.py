@@ -27,7 +27,7 @@ from tfseg.layers import (ActivationDense, InplaceBatchNormalization,
                           InplaceGroupNormalization, InplaceLayerNormalization,
                           InplaceRMSNormalization, LeanMultiHeadAttention)
 from tfseg.layers.elementwise import ELEMENTWISE_FUNCTIONS
-from tfseg.memory.blocks import fusions
+from tfseg.memory import blocks
 
 log = logging.getLogger("tfseg.memory")
 
@@ -44,9 +44,6 @@ def stateless_twin(layer):
             return None, "gamma starts at zero"
         return InplaceLayerNormalization, None
     if kind is keras.layers.MultiHeadAttention:
-        if layer.dropout > 0:
-            return None, ("dropout on its probabilities (a twin would have to replay the "
-                          "random mask)")
         return LeanMultiHeadAttention, None
     return {keras.layers.RMSNormalization: InplaceRMSNormalization,
             keras.layers.BatchNormalization: InplaceBatchNormalization,
@@ -64,7 +61,7 @@ def _pairs(block, index_of, fuse):
     and [(block name, why)] where a registered block keeps a pair stock."""
     if not fuse:
         return [], []
-    pairs, why = fusions(block)
+    pairs, why = blocks.fusions(block)
     found, kept = [], [] if why is None else [(block.name, why)]
     for first, second in pairs:
         a, b = getattr(block, first, None), getattr(block, second, None)
@@ -81,20 +78,40 @@ def _pairs(block, index_of, fuse):
     return found, kept
 
 
+def _registered(sub, index, index_of, options):
+    """([`Inner`], [(name, why)]) for `sub`, a block with a registered twin class
+    (`tfseg.memory.blocks.twin`): the block and the sublayers that change with it."""
+    cls, settings, why = blocks.twin(sub, options)
+    if cls is None:
+        return [], [] if why is None else [(sub.name, why)]
+    found = [Inner(index, sub.name, type(sub), cls, ())]
+    for attribute, (inner_cls, values) in settings.items():
+        inner = getattr(sub, attribute, None)
+        if id(inner) not in index_of:
+            return [], [(sub.name, f"it has no sublayer {attribute!r} to become "
+                                   f"{inner_cls.__name__}")]
+        found.append(Inner(index_of[id(inner)], inner.name, type(inner), inner_cls, values))
+    return found, []
+
+
 def inner_twins(layer, norms=True, attention=True, fuse=True):
     """([`Inner`], [(sublayer name, why it stays stock)]) for `layer`'s stock norms (with
     `norms`), attention layers (with `attention`) and, in blocks `tfseg.memory.blocks`
-    knows, Dense pairs (with `fuse`): what a rebuilt copy of `layer` would get. Empty for
-    a model (the rewrite takes those apart)."""
+    knows, Dense pairs and registered twins (with `fuse`, or `attention` for attention
+    blocks): what a rebuilt copy of `layer` would get. Empty for a model (the rewrite
+    takes those apart)."""
     if isinstance(layer, keras.Model) or not isinstance(layer, keras.layers.Layer):
         return [], []
     subs = layer._flatten_layers(include_self=False)
     index_of = {id(sub): index for index, sub in enumerate(subs)}
     found, kept = [], []
+    options = {o for o, on in (("fuse_relu_conv", fuse), ("lean_attention", attention)) if on}
     for index, sub in enumerate(subs):
         cls, _ = stateless_twin(sub)
         if cls is not None and (attention if cls is LeanMultiHeadAttention else norms):
             found.append(Inner(index, sub.name, type(sub), cls, ()))
+        more, why = _registered(sub, index, index_of, options)
+        found, kept = found + more, kept + why
     for block in [layer] + subs:
         pairs, why = _pairs(block, index_of, fuse)
         found, kept = found + pairs, kept + why
@@ -126,17 +143,33 @@ def _weights(layer):
     return sorted(((w.path, tuple(w.shape), w) for w in layer.weights), key=lambda t: t[0])
 
 
+def _same_names(copy, layer):
+    """Gives the sublayers `copy` made in its constructor the names of `layer`'s, which
+    Keras numbered when `layer` was made (`dense_4`): their variables' paths follow."""
+    subs, originals = (l._flatten_layers(include_self=False) for l in (copy, layer))
+    if [type(a) for a in subs] == [type(b) for b in originals]:
+        for sub, original in zip(subs, originals):
+            sub.name = original.name
+
+
+def seed_states(layer):
+    """The states of `layer`'s random seed generators (its Dropouts'), in build order."""
+    weights = {id(w) for w in layer.weights}
+    return [v for v in layer.variables if id(v) not in weights]
+
+
 def rebuilt_with_twins(layer, twins, args, kwargs):
     """Calls a copy of `layer` rebuilt from its config, with `twins` (`Inner` entries
     from `inner_twins`) in it and `layer`'s weights, on `args`; returns (the copy, its
     outputs), or (None, None) where the copy's variables or sublayers differ from
     `layer`'s (then `layer` is kept)."""
     try:
-        copy = type(layer).from_config(layer.get_config())
+        copy = blocks.rebuild(layer) or type(layer).from_config(layer.get_config())
     except Exception as error:  # a config that does not rebuild: keep the layer
         log.info("%s: kept as it is (its config does not rebuild it: %s)", layer.name,
                  str(error).splitlines()[0][:200])
         return None, None
+    _same_names(copy, layer)
     outputs = same_scope(copy, layer)(*args, **kwargs)
     old, new = _weights(layer), _weights(copy)
     if [t[:2] for t in old] != [t[:2] for t in new]:
@@ -156,6 +189,8 @@ def rebuilt_with_twins(layer, twins, args, kwargs):
             return None, None
     for (_, _, source), (_, _, target) in zip(old, new):
         target.assign(source)
+    for source, target in zip(seed_states(layer), seed_states(copy)):
+        target.assign(source)  # its dropout draws what the original's would
     for twin in twins:
         subs[twin.index].__class__ = twin.twin
         for attribute, value in twin.settings:

@@ -1,0 +1,49 @@
+"""Twins of keras-hub blocks that compute in their own `call` (keras-hub 0.32's
+`models/mit/mit_layers.py`): subclasses that add no state, so a rebuilt copy's block
+becomes one by taking its class (`tfseg.memory.inside`). Imported only by
+`tfseg.memory.hub_blocks`, once keras-hub is; `tests/memory/test_hub.py` checks each
+against its stock block in float64.
+"""
+
+import math
+
+from keras import ops
+from keras_hub.src.models.mit.mit_layers import MixFFN, SegFormerMultiheadAttention
+
+from tfseg.layers.attention import keras_seed, lean_attention
+
+
+class LeanMixFFN(MixFFN):
+    """SegFormer's MixFFN whose GELU (tanh-approximated, `ops.nn.gelu`'s default) runs
+    inside fc2, an `ActivationDense`: the depthwise conv's output is kept, not the
+    GELU's terms and output (four tensors of 4x the width at stage 1)."""
+
+    def call(self, x):  # MixFFN.call less the GELU
+        x = self.fc1(x)
+        shape = ops.shape(x)
+        side = int(math.sqrt(shape[1]))
+        x = ops.reshape(x, (shape[0], side, side, shape[2]))
+        x = ops.reshape(self.dwconv(x), (shape[0], -1, shape[2]))
+        return self.fc2(x)
+
+
+class LeanSegFormerAttention(SegFormerMultiheadAttention):
+    """SegFormer's efficient attention (queries against a spatially reduced sequence)
+    through `lean_attention`: its probabilities are not kept, and their dropout's mask
+    is drawn again from the seed Keras' `Dropout` would draw."""
+
+    def call(self, x):  # SegFormerMultiheadAttention.call, its attention lean
+        batch, tokens, width = ops.shape(x)
+        side, heads = int(math.sqrt(tokens)), self.num_heads
+        q = ops.reshape(self.q(x), (batch, tokens, heads, width // heads))
+        if self.sr_ratio > 1:
+            x = self.sr(ops.reshape(x, (batch, side, side, width)))
+            x = self.norm(ops.reshape(x, (batch, -1, width)))
+        k = ops.reshape(self.k(x), (batch, -1, heads, width // heads))
+        v = ops.reshape(self.v(x), (batch, -1, heads, width // heads))
+        context = self._get_call_context()  # Keras' record of the `training` in force
+        dropout = None
+        if context is not None and context.training and self.dropout.rate > 0:
+            dropout = (self.dropout.rate, keras_seed(self.dropout.seed_generator))
+        out = lean_attention(q, k, v, scale=self.scale, dropout=dropout, name=self.name)
+        return self.proj_drop(self.proj(ops.reshape(out, (batch, tokens, width))))
