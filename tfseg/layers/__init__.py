@@ -14,6 +14,7 @@ from tfseg.layers.fused_dense import ActivationDense
 from tfseg.layers.attention import LeanMultiHeadAttention, lean_attention
 from tfseg.layers.resize import ResizeLike
 from tfseg.layers.upsampled_conv import UpsampledConv2D
+from tfseg.layers.concat_conv import ResizedConcatConv2D
 from tfseg.layers.class_shards import ClassShards, ShardedLogits, shard_bounds
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "ReluConv2D",
     "ReluDepthwiseConv2D",
     "ResizeLike",
+    "ResizedConcatConv2D",
     "SerialBranches",
     "ShardedLogits",
     "UpsampledConv2D",

@@ -1,10 +1,17 @@
-"""A pattern across a nested model's boundary: the upsampling that ends a backbone and
-the 1x1 conv after it, in the task model (keras-hub's DeepLabV3: its backbone upsamples
-the 256-channel head to the image size, the segmenter's classifier conv reads it).
+"""Patterns across a nested model's boundary, where a 1x1 conv takes in the resizing
+next to it.
 
-The twin (`tfseg.layers.UpsampledConv2D`) convolves before it upsamples, so the nested
-model is rewritten without its last upsampling and the conv takes it in: the nested
-model in the rewritten model then returns the map before the upsampling.
+- The upsampling that ends a backbone and the 1x1 conv after it, in the task model
+  (keras-hub's DeepLabV3: its backbone upsamples the 256-channel head to the image
+  size, the segmenter's classifier conv reads it). The twin
+  (`tfseg.layers.UpsampledConv2D`) convolves before it upsamples, so the nested model
+  is rewritten without its last upsampling: in the rewritten model it returns the map
+  before the upsampling.
+- A concatenation of resized maps that a nested model reads, which starts with a 1x1
+  conv (keras-hub's SegFormer: four stages resized to the largest, concatenated, and
+  a `Sequential` conv -> norm -> ReLU). The twin (`tfseg.layers.ResizedConcatConv2D`)
+  convolves each map and resizes the results, so the nested model is rewritten without
+  its first conv: in the rewritten model it starts from the conv's output.
 """
 
 import keras
@@ -49,3 +56,69 @@ def upsampled_conv(graph, conv):
         return None
     upsampling = final_upsampling(nested.operation)
     return None if upsampling is None else (nested, upsampling)
+
+
+def _graph_of(model):
+    """A nested model's functional graph: its own, or a built `Sequential`'s."""
+    if isinstance(model, keras.Sequential):
+        return getattr(model, "_functional", None)
+    return model if hasattr(model, "_nodes_by_depth") else None
+
+
+def first_conv(model):
+    """The 1x1 `Conv2D` (called once) that alone reads a nested functional or
+    `Sequential` model's only input, and reads nothing else; else None."""
+    graph = _graph_of(model)
+    if graph is None or len(graph.inputs) != 1:
+        return None
+    start = graph.inputs[0]
+    readers = [node for nodes in graph._nodes_by_depth.values() for node in nodes
+               if any(t is start for t in node.input_tensors)]
+    if len(readers) != 1 or len(readers[0].input_tensors) != 1:
+        return None
+    conv = readers[0].operation
+    return conv if _is_one_by_one(conv) and len(conv._inbound_nodes) == 1 else None
+
+
+def _resize_of(node):
+    """[height, width, interpolation] of a `Resizing` node that only resizes (no crop,
+    pad or antialias; bilinear or nearest; channels last); None where the resize keeps
+    the size (the identity); False for any other node."""
+    layer = node.operation
+    if (node.is_input or type(layer) is not keras.layers.Resizing
+            or layer.interpolation not in INTERPOLATIONS or layer.crop_to_aspect_ratio
+            or layer.pad_to_aspect_ratio or layer.antialias
+            or layer.data_format != "channels_last"):
+        return False
+    if tuple(node.input_tensors[0].shape[1:3]) == (layer.height, layer.width):
+        return None
+    return [layer.height, layer.width, layer.interpolation]
+
+
+def resized_concat_conv(graph, node):
+    """(the nested model's node, its first conv, each part's size for
+    `ResizedConcatConv2D`, the `Resizing` nodes the twin takes in) when `node` is a
+    channels-last `Concatenate` that only a nested model (called once) reads, that model
+    starts with a 1x1 conv (`first_conv`), and some parts are `Resizing` outputs that
+    only the concatenation reads; else None."""
+    layer = node.operation
+    if (type(layer) is not keras.layers.Concatenate or layer.axis not in (-1, 3)
+            or graph.shared(layer)):
+        return None
+    nested = graph.only_consumer(node)
+    if (nested is None or not isinstance(nested.operation, keras.Model)
+            or graph.shared(nested.operation) or len(nested.operation._inbound_nodes) != 1):
+        return None
+    conv = first_conv(nested.operation)
+    if conv is None:
+        return None
+    sizes, resizes = [], []
+    for tensor in node.input_tensors:
+        part = producer(tensor)
+        size = _resize_of(part)
+        if size is False or graph.only_consumer(part) is not node:
+            sizes.append(None)
+            continue
+        sizes.append(size)
+        resizes.append(part)
+    return (nested, conv, sizes, resizes) if resizes else None

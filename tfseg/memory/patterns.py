@@ -20,7 +20,7 @@ from tfseg.memory.inside import inner_twins, stateless_twin
 from tfseg.memory.matchers import (NORM_TWINS, Graph, activation_chain, relu_start,
                                    residual_folds, scaled_input, separable_chain,
                                    shared_relus)
-from tfseg.memory.nested import upsampled_conv
+from tfseg.memory.nested import resized_concat_conv, upsampled_conv
 from tfseg.memory.segments import branch_nodes, segment_nodes
 
 __all__ = ["Changes", "Graph", "changes"]
@@ -59,6 +59,11 @@ class Changes:
     scaled: dict = dataclasses.field(default_factory=dict, repr=False)
     # nested model name -> its final upsampling's node: rewritten without it
     trimmed: dict = dataclasses.field(default_factory=dict, repr=False)
+    # id(Concatenate node) -> (the 1x1 conv starting the nested model that reads it,
+    # `ResizedConcatConv2D`'s input_sizes): the conv takes in the concatenation
+    concats: dict = dataclasses.field(default_factory=dict, repr=False)
+    # nested model name -> its first conv: rewritten without it
+    headless: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def __str__(self):
         return (
@@ -187,6 +192,15 @@ def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
                                               keras.layers.RMSNormalization))
                 or (lean_attention and type(layer) is keras.layers.MultiHeadAttention)):
             _norm_or_attention(result, layer)
+        concat = resized_concat_conv(graph, node) if lean_upsampling else None
+        if concat is not None:
+            nested, conv, sizes, resizes = concat
+            result.skipped |= {id(part) for part in resizes}  # the twin resizes
+            result.concats[id(node)] = (conv, sizes)
+            result.headless[nested.operation.name] = conv
+            result.upsampled.append((f"{layer.name} of {len(resizes)} resized maps",
+                                     f"{nested.operation.name}/{conv.name}"))
+            continue
         if layer.name not in result.replacements and layer.name not in result.inside:
             twins, kept = inner_twins(layer, norms=inplace_norm, attention=lean_attention,
                                       fuse=fuse_relu_conv)

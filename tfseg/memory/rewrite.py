@@ -5,7 +5,7 @@ import logging
 
 import keras
 
-from tfseg.layers import Recompute, SerialBranches
+from tfseg.layers import Recompute, ResizedConcatConv2D, SerialBranches
 from tfseg.memory.inside import rebuilt_with_twins, same_scope, seed_states
 from tfseg.memory.patterns import Graph, changes
 
@@ -78,14 +78,16 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         convs take it in and the norm adds relu(input) (`residual_relu`).
       lean_attention: replace every stock `MultiHeadAttention` by
         `LeanMultiHeadAttention`, which computes its probabilities again in the
-        backward pass instead of keeping them (one with dropout stays stock, and the
-        log says so).
+        backward pass instead of keeping them (dropout on them replayed from its seed).
       lean_upsampling: where a nested model (a backbone) ends in an `UpSampling2D`
         (bilinear or nearest) that only a 1x1 `Conv2D` after it reads, rewrite the
         nested model without it and the conv as `UpsampledConv2D`, which convolves
         first and keeps the small map (keras-hub's DeepLabV3). The nested model in the
         rewritten model then returns the map before the upsampling. A nested
-        `Sequential` keeps its upsampling.
+        `Sequential` keeps its upsampling. Likewise where `Resizing` outputs are
+        concatenated for a nested model that starts with a 1x1 conv (SegFormer's
+        decoder): the conv becomes `ResizedConcatConv2D` over the maps before their
+        resize, and the nested model starts from the conv's output.
 
     A model nested inside (a backbone inside a task model, a `Sequential` block:
     `as_functional`) is rewritten the same way, with the same options (`recompute`
@@ -127,6 +129,10 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
                 if layer.name in summary.trimmed:  # its upsampling goes to the conv after
                     end = summary.trimmed[layer.name].input_tensors[0]
                     nested = keras.Model(nested.inputs, end, name=nested.name)
+                if layer.name in summary.headless:  # its first conv takes in the concat
+                    outputs = nested.outputs[0] if len(nested.outputs) == 1 else nested.outputs
+                    nested = keras.Model(summary.headless[layer.name].output, outputs,
+                                         name=nested.name)
                 new_layers[layer] = rewrite(nested, **options)
             elif isinstance(layer, keras.layers.Layer) and layer.name in summary.replacements:
                 cls, extra = summary.replacements[layer.name]
@@ -170,6 +176,15 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
                 continue
             if id(node) in inside_blocks:
                 continue  # built inside its block
+            if id(node) in summary.concats:  # the nested model's first conv, taking it in
+                conv, sizes = summary.concats[id(node)]
+                if conv not in new_layers:
+                    new_layers[conv] = same_scope(ResizedConcatConv2D.from_config(
+                        {**conv.get_config(), "input_sizes": sizes}), conv)
+                    rebuilt.append(conv)
+                tensors[id(node.outputs[0])] = new_layers[conv](
+                    [tensors[id(t)] for t in node.input_tensors])
+                continue
             if id(node) in summary.skipped:
                 tensors[id(node.outputs[0])] = tensors[id(node.input_tensors[0])]
                 continue
