@@ -1,22 +1,31 @@
-"""`ActivationDense` against an activation followed by a stock `keras.layers.Dense`."""
+"""`ActivationDense` and `ActivationEinsumDense` against an activation followed by a
+stock `keras.layers.Dense` or `EinsumDense`."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfseg.layers import ActivationDense
+from tfseg import memory
+from tfseg.layers import ActivationDense, ActivationEinsumDense
 from tests.memory.test_patterns import kept_bytes
 
 
-def models(activation, units=7, dense_activation=None, dtype=None):
+def models(activation, units=7, dense_activation=None, dtype=None, einsum=False):
     inputs = keras.Input((5, 12), dtype=dtype)
     hidden = keras.layers.Dense(24, name="up")(inputs)
-    stock = keras.Model(inputs, keras.layers.Dense(units, activation=dense_activation,
-                                                   name="down")(
+    if einsum:  # heads x head width, as attention's projections write it
+        stock_cls, twin_cls = keras.layers.EinsumDense, ActivationEinsumDense
+        args = ("abc,cde->abde", (None, 2, units))
+        options = dict(bias_axes="de", activation=dense_activation, name="down")
+    else:
+        stock_cls, twin_cls = keras.layers.Dense, ActivationDense
+        args, options = (units,), dict(activation=dense_activation, name="down")
+    stock = keras.Model(inputs, stock_cls(*args, **options)(
         keras.layers.Activation(activation, name="act")(hidden)))
-    fused = keras.Model(inputs, ActivationDense(units, activation=dense_activation,
-                                                input_activation=activation, name="down")(hidden))
+    fused = keras.Model(inputs, twin_cls(*args, input_activation=activation, **options)(hidden))
+    for w in stock.weights:  # a bias away from zero, so that its place is checked
+        w.assign(np.random.RandomState(len(w.path)).uniform(-1, 1, w.shape))
     fused.set_weights(stock.get_weights())
     return stock, fused
 
@@ -29,12 +38,14 @@ def step(model, x, upstream):
     return {"x": grads[0], **{w.path: g for w, g in zip(model.trainable_weights, grads[1:])}}
 
 
+@pytest.mark.parametrize("einsum", [False, True], ids=["dense", "einsum_dense"])
 @pytest.mark.parametrize("activation, dense_activation", [
     ("gelu", None), ("relu", None), ("silu", "tanh")])
-def test_outputs_and_gradients_equal_stock_in_float64(float64, activation, dense_activation):
-    stock, fused = models(activation, dense_activation=dense_activation)
+def test_outputs_and_gradients_equal_stock_in_float64(float64, activation, dense_activation,
+                                                      einsum):
+    stock, fused = models(activation, dense_activation=dense_activation, einsum=einsum)
     x = tf.constant(np.random.RandomState(0).randn(3, 5, 12))
-    upstream = tf.constant(np.random.RandomState(1).randn(3, 5, 7))
+    upstream = tf.constant(np.random.RandomState(1).randn(3, 5, *stock.outputs[0].shape[2:]))
     np.testing.assert_allclose(fused(x).numpy(), stock(x).numpy(), rtol=1e-13, atol=1e-13)
     expected, got = step(stock, x, upstream), step(fused, x, upstream)
     assert expected.keys() == got.keys()
@@ -58,3 +69,24 @@ def test_config_round_trips():
     layer = ActivationDense(4, input_activation="gelu", name="d")
     again = ActivationDense.from_config(layer.get_config())
     assert again.input_activation == "gelu" and again.units == 4
+
+
+def test_the_rewrite_takes_an_activation_into_the_einsum_dense_after_it(float64):
+    stock, _ = models("gelu", einsum=True)
+    summary = memory.changes(stock)
+    assert summary.fused == [("act", "down")]
+    new = memory.rewrite(stock)
+    assert isinstance(new.get_layer("down"), ActivationEinsumDense)
+    assert "act" not in [layer.name for layer in new.layers]
+    x = tf.constant(np.random.RandomState(0).randn(3, 5, 12))
+    upstream = tf.constant(np.random.RandomState(1).randn(3, 5, 2, 7))
+    expected, got = step(stock, x, upstream), step(new, x, upstream)
+    for path, g in expected.items():
+        np.testing.assert_allclose(got[path].numpy(), g.numpy(), rtol=1e-10, atol=1e-12,
+                                   err_msg=path)
+
+
+def test_the_einsum_dense_keeps_the_hidden_tensor_once():
+    stock, fused = models("gelu", einsum=True)
+    x = tf.constant(np.random.RandomState(0).randn(8, 5, 12).astype("float32"))
+    assert kept_bytes(stock, x) - kept_bytes(fused, x) >= 2 * 8 * 5 * 24 * 4

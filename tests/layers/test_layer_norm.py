@@ -78,3 +78,45 @@ def test_it_keeps_its_output_not_its_input():
     stock, twin = (kept_bytes(model(cls), x) for cls in (keras.layers.LayerNormalization,
                                                           InplaceLayerNormalization))
     assert stock - twin >= row
+
+
+@pytest.mark.parametrize("rms", [False, True], ids=["layer", "rms"])
+def test_a_residual_added_after_the_norm_is_exact_in_float64(float64, rms):
+    """y + residual (Swin-V2's x + norm(f(x))): the twin returns the sum and keeps it,
+    rebuilding y as sum - residual; gradients of x, residual and the weights as stock's."""
+    rng = np.random.RandomState(0)
+    x, residual, upstream = (tf.constant(rng.randn(3, 7, 13) * s) for s in (3, 2, 1))
+    stock, twin = pair(x, rms=rms)
+
+    def run(call):
+        with tf.GradientTape() as tape:
+            tape.watch([x, residual])
+            y = call()
+            loss = tf.reduce_sum(y * upstream)
+        return [y, *tape.gradient(loss, [x, residual, *stock.trainable_weights,
+                                         *twin.trainable_weights])]
+
+    expected = run(lambda: stock(x) + residual)
+    got = run(lambda: twin(x, residual=residual))
+    np.testing.assert_allclose(got[0].numpy(), expected[0].numpy(), rtol=1e-15, atol=1e-15)
+    weights = len(stock.trainable_weights)
+    pairs = list(zip(expected[1:3] + expected[3:3 + weights], got[1:3] + got[3 + weights:]))
+    for a, b in pairs:
+        scale = float(np.abs(a.numpy()).max())
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-9, atol=1e-11 * scale)
+
+
+def test_a_folded_residual_keeps_the_sum_not_the_norms_output():
+    """x -> Dense -> norm -> + x -> Dense, rewritten: the Add folds into the norm
+    (`tfseg.memory.rewrite`), which keeps the sum the next Dense keeps anyway."""
+    from tfseg import memory
+
+    inputs = keras.Input((16, 64))
+    h = keras.layers.LayerNormalization(name="n")(keras.layers.Dense(64, name="a")(inputs))
+    out = keras.layers.Dense(8, name="b")(keras.layers.Add(name="add")([inputs, h]))
+    model = keras.Model(inputs, out)
+    assert memory.changes(model).residual == [("n", "add")]
+    x = tf.constant(np.random.RandomState(0).randn(4, 16, 64).astype("float32"))
+    row = 4 * 16 * 64 * 4
+    unfolded = memory.rewrite(model, fold_residual=False)
+    assert kept_bytes(unfolded, x) - kept_bytes(memory.rewrite(model), x) >= row

@@ -10,7 +10,7 @@ from tfseg.layers.fused_conv import (ActivationConv2D, ActivationDepthwiseConv2D
                                      LeanDepthwiseConv2D, ReluConv2D, ReluDepthwiseConv2D)
 from tfseg.layers.layer_norm import (InplaceLayerNormalization, InplaceRMSNormalization,
                                      inplace_layer_norm)
-from tfseg.layers.fused_dense import ActivationDense
+from tfseg.layers.fused_dense import ActivationDense, ActivationEinsumDense
 from tfseg.layers.attention import LeanMultiHeadAttention, lean_attention
 from tfseg.layers.resize import ResizeLike
 from tfseg.layers.upsampled_conv import UpsampledConv2D
@@ -21,6 +21,7 @@ __all__ = [
     "ActivationConv2D",
     "ActivationDense",
     "ActivationDepthwiseConv2D",
+    "ActivationEinsumDense",
     "ActivationMaxPooling2D",
     "ClassShards",
     "GAMMA_EPSILON",

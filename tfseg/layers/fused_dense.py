@@ -1,4 +1,5 @@
-"""A Dense layer that takes in the activation before it: the transformer MLP's twin.
+"""Dense and EinsumDense layers that take in the activation before them: the
+transformer MLP's twins.
 
 In a stock MLP block, Dense(4C) -> GELU -> Dense(C), the GELU keeps its input h and
 the second Dense keeps GELU's output: two tensors of 4x the model width. The twin
@@ -32,8 +33,34 @@ def _kernel_grad(t, shape, dy):
     return tf.linalg.matmul(_rows(t), _rows(dy), transpose_a=True)
 
 
+class _TakesActivation:
+    """`input_activation`, the elementwise activation a twin takes in, as a property:
+    a stock layer made this twin in place (`tfseg.memory.inside`) needs only it, and
+    the function is made once, here, not in call."""
+
+    @property
+    def input_activation(self):
+        return self._input_activation
+
+    @input_activation.setter
+    def input_activation(self, value):
+        fn = deserialize(value)
+        self._input_activation = value
+        # "relu" keeps TF's ReluGrad (a mask from the input); others are differentiated.
+        self._input_fn = "relu" if fn is keras.activations.relu else fn
+
+    def _finish(self, outputs):
+        """The stock layer's bias and activation after the product."""
+        if self.bias is not None:
+            outputs = ops.add(outputs, ops.cast(self.bias, self.compute_dtype))
+        return self.activation(outputs) if self.activation is not None else outputs
+
+    def get_config(self):
+        return {**super().get_config(), "input_activation": self.input_activation}
+
+
 @keras.saving.register_keras_serializable(package="tfseg")
-class ActivationDense(keras.layers.Dense):
+class ActivationDense(_TakesActivation, keras.layers.Dense):
     """Drop-in twin of an elementwise activation -> `keras.layers.Dense`.
 
     Same arguments and variables as the Dense layer it replaces, plus
@@ -53,26 +80,35 @@ class ActivationDense(keras.layers.Dense):
         super().__init__(*args, **kwargs)
         self.input_activation = input_activation
 
-    @property
-    def input_activation(self):
-        return self._input_activation
+    def call(self, inputs, training=None):
+        kernel = ops.cast(self.kernel, self.compute_dtype)
+        return self._finish(lean_conv(inputs, kernel, conv=_matmul, input_grad=_input_grad,
+                                      filter_grad=_kernel_grad, activation=self._input_fn,
+                                      name=self.name))
 
-    @input_activation.setter
-    def input_activation(self, value):
-        # A setter, so that a stock Dense made this twin in place (`tfseg.memory.inside`)
-        # needs only `input_activation`; the function is made once, here, not in call.
-        fn = deserialize(value)
-        self._input_activation = value
-        # "relu" keeps TF's ReluGrad (a mask from the input); others are differentiated.
-        self._input_fn = "relu" if fn is keras.activations.relu else fn
+
+@keras.saving.register_keras_serializable(package="tfseg")
+class ActivationEinsumDense(_TakesActivation, keras.layers.EinsumDense):
+    """Drop-in twin of an elementwise activation -> `keras.layers.EinsumDense`.
+
+    Same arguments and variables as the EinsumDense layer, plus `input_activation`
+    (as `ActivationDense`'s). Keeps only the activation's input; the backward pass
+    differentiates the einsum again from it. Shapes: as the equation says. LoRA and
+    quantized layers are not twinned.
+
+    Example:
+
+    >>> dense = ActivationEinsumDense("abc,cd->abd", (None, 8), bias_axes="d")
+    >>> dense(tf.ones([2, 5, 16])).shape
+    TensorShape([2, 5, 8])
+    """
+
+    def __init__(self, *args, input_activation="gelu", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.input_activation = input_activation
 
     def call(self, inputs, training=None):
         kernel = ops.cast(self.kernel, self.compute_dtype)
-        outputs = lean_conv(inputs, kernel, conv=_matmul, input_grad=_input_grad,
-                            filter_grad=_kernel_grad, activation=self._input_fn, name=self.name)
-        if self.use_bias:
-            outputs = ops.add(outputs, ops.cast(self.bias, self.compute_dtype))
-        return self.activation(outputs) if self.activation is not None else outputs
-
-    def get_config(self):
-        return {**super().get_config(), "input_activation": self.input_activation}
+        return self._finish(lean_conv(
+            inputs, kernel, conv=lambda t, k: tf.einsum(self.equation, t, k),
+            activation=self._input_fn, name=self.name))

@@ -18,11 +18,12 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from tfseg.layers.inplace_norm import GAMMA_EPSILON, _gated, _guard
+from tfseg.layers.inplace_norm import (GAMMA_EPSILON, _gated, _guard, _plus_residual,
+                                       _residual_grad)
 
 
 def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPSILON,
-                       name=None, centered=True):
+                       name=None, centered=True, residual=None):
     """Layer norm over `axis` (sorted ints >= 0) of `x`, keeping only y and the
     per-row mean and 1/std; with `centered=False`, RMS norm (Zhang & Sennrich 2019,
     https://arxiv.org/abs/1910.07467): x / sqrt(mean(x^2) + epsilon) * gamma.
@@ -32,6 +33,9 @@ def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPS
       gamma, beta: the scale and offset, broadcastable to x (None: 1 and 0).
       epsilon: added to the variance.
       name: the name scope of the backward pass's ops (e.g. the layer's name).
+      residual: None, or a tensor of x's shape added to y (a residual connection right
+        after the norm, as in Swin-V2's blocks): the sum is returned and kept instead
+        of y, which the backward pass rebuilds as sum - residual.
 
     Returns y in x's dtype; the arithmetic is `keras.ops.layer_normalization`'s (or
     `rms_normalization`'s), in float32 for half types, so outputs equal the stock
@@ -43,7 +47,8 @@ def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPS
     params = [p for p in (gamma, beta) if p is not None]
 
     @tf.custom_gradient
-    def forward(x, *params):
+    def forward(x, *rest):
+        residual = rest[len(params):]
         # stop_gradient: eager ops in here would otherwise stay on the outer tape (P1).
         xs = tf.cast(tf.stop_gradient(x), dtype)
         g = None if gamma is None else _guard(tf.cast(tf.stop_gradient(gamma), dtype),
@@ -57,12 +62,13 @@ def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPS
         else:
             inv_std = tf.math.rsqrt(tf.reduce_mean(tf.square(xs), axis, keepdims=True) + epsilon)
             y = xs * inv_std if g is None else xs * inv_std * g
-        y = tf.cast(y, x_dtype)
+        out, rebuild = _plus_residual(tf.cast(y, x_dtype), residual)
 
         def backward(dy):
             with tf.name_scope(name or "layer_norm"):
                 dy32 = tf.cast(dy, dtype)
-                y_gated = tf.cast(_gated(y, dy), dtype)  # P2: rebuilt only once dy exists
+                # P2: rebuilt only once dy exists.
+                y_gated = tf.cast(rebuild(_gated(out, dy)), dtype)
                 x_hat = y_gated if b is None else y_gated - b
                 x_hat = x_hat if g is None else x_hat / g
                 dxhat = dy32 if g is None else dy32 * g
@@ -77,11 +83,11 @@ def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPS
                 if beta is not None:
                     grads.append(tf.cast(tf.reshape(tf.reduce_sum(dy32, others),
                                                     tf.shape(beta)), beta.dtype))
-                return grads
+                return grads + _residual_grad(dy, residual)
 
-        return y, backward
+        return out, backward
 
-    return forward(x, *params)
+    return forward(x, *params, *([] if residual is None else [residual]))
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
@@ -90,6 +96,9 @@ class InplaceLayerNormalization(keras.layers.LayerNormalization):
 
     Same arguments, variables (gamma, beta), names and order, so checkpoints load
     either way. `rms_scaling=True` runs the stock code. Shapes: any -> the same.
+    `residual` (a call argument, the input's shape): returns y + residual, what a
+    `keras.layers.Add` after the norm makes, keeping the sum instead of y
+    (`tfseg.memory.rewrite` folds such Adds in).
 
     Example:
 
@@ -98,9 +107,10 @@ class InplaceLayerNormalization(keras.layers.LayerNormalization):
     TensorShape([2, 5, 8])
     """
 
-    def call(self, inputs):
+    def call(self, inputs, residual=None):
         if self.rms_scaling:
-            return super().call(inputs)
+            y = super().call(inputs)
+            return y if residual is None else ops.add(y, residual)
         rank = len(inputs.shape)
         axis = sorted(a % rank for a in ([self.axis] if isinstance(self.axis, int) else self.axis))
         shape = [inputs.shape[i] if i in axis else 1 for i in range(rank)]
@@ -110,7 +120,7 @@ class InplaceLayerNormalization(keras.layers.LayerNormalization):
 
         y = inplace_layer_norm(inputs, param(self.gamma, self.scale),
                                param(self.beta, self.center), axis=axis,
-                               epsilon=self.epsilon, name=self.name)
+                               epsilon=self.epsilon, name=self.name, residual=residual)
         return ops.cast(y, self.compute_dtype)
 
 
@@ -119,7 +129,7 @@ class InplaceRMSNormalization(keras.layers.RMSNormalization):
     """Drop-in twin of `keras.layers.RMSNormalization` that keeps only its output.
 
     Same arguments and variable (scale), so checkpoints load either way.
-    Shapes: any -> the same.
+    Shapes: any -> the same. `residual`: as for `InplaceLayerNormalization`.
 
     Example:
 
@@ -128,10 +138,11 @@ class InplaceRMSNormalization(keras.layers.RMSNormalization):
     TensorShape([2, 5, 8])
     """
 
-    def call(self, x):
+    def call(self, x, residual=None):
         rank = len(x.shape)
         axis = sorted(a % rank for a in self.axis)
         shape = [x.shape[i] if i in axis else 1 for i in range(rank)]
         y = inplace_layer_norm(x, ops.reshape(self.scale, shape), None, axis=axis,
-                               epsilon=self.epsilon, name=self.name, centered=False)
+                               epsilon=self.epsilon, name=self.name, centered=False,
+                               residual=residual)
         return ops.cast(y, self.compute_dtype)

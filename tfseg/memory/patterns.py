@@ -7,6 +7,7 @@ import keras
 from tfseg.layers import (
     ActivationConv2D,
     ActivationDense,
+    ActivationEinsumDense,
     LeanMultiHeadAttention,
     ActivationDepthwiseConv2D,
     ActivationMaxPooling2D,
@@ -113,9 +114,15 @@ def _norm_or_attention(result, layer):
         result.replacements[layer.name] = (cls, {})
 
 
+# Stock dense layers -> the twin that takes in the activation before them.
+DENSE_TWINS = {keras.layers.Dense: ActivationDense,
+               keras.layers.EinsumDense: ActivationEinsumDense}
+
+
 def _take_dense_activation(result, graph, node):
-    """Records an `ActivationDense` for an elementwise activation -> `node` (a stock
-    `Dense`, not LoRA or quantized): a transformer MLP's GELU output is not kept."""
+    """Records an `ActivationDense` (`ActivationEinsumDense`) for an elementwise
+    activation -> `node` (a stock `Dense` or `EinsumDense`, not LoRA or quantized): a
+    transformer MLP's GELU output is not kept."""
     layer = node.operation
     if getattr(layer, "lora_enabled", False) or getattr(layer, "quantization_mode", None):
         return
@@ -125,7 +132,7 @@ def _take_dense_activation(result, graph, node):
     result.fused.append((act.operation.name, layer.name))
     result.skipped.add(id(act))
     result.replacements[layer.name] = (
-        ActivationDense, {"input_activation": elementwise.serialize(act.operation)})
+        DENSE_TWINS[type(layer)], {"input_activation": elementwise.serialize(act.operation)})
 
 
 def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
@@ -207,7 +214,7 @@ def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
             result.kept_stock += [k for k in kept if k not in result.kept_stock]
             if twins:
                 result.inside[layer.name] = twins
-        if type(layer) is keras.layers.Dense and fuse_relu_conv and not graph.shared(layer):
+        if type(layer) in DENSE_TWINS and fuse_relu_conv and not graph.shared(layer):
             _take_dense_activation(result, graph, node)
         conv_types = (keras.layers.DepthwiseConv2D, keras.layers.Conv2D)
         if type(layer) not in conv_types or graph.shared(layer):
@@ -238,7 +245,8 @@ def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         elif lean_dilated and is_depthwise and tuple(layer.dilation_rate) != (1, 1):
             result.lean.append(layer.name)
             result.replacements[layer.name] = (LeanDepthwiseConv2D, {})
-    result.folds = residual_folds(graph, taken, set(result.inplace)) if fold_residual else {}
+    norms = set(result.inplace) | set(result.layer_norms)
+    result.folds = residual_folds(graph, taken, norms) if fold_residual else {}
     if not result.relu_residuals <= set(result.folds):
         raise AssertionError("a shared ReLU's add was marked to fold and is not folded")
     by_id = {id(node): node for node in graph.nodes}
