@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfseg.layers import LeanMultiHeadAttention
+from tfseg.layers import LeanMultiHeadAttention, lean_attention
 from tests.memory.test_patterns import kept_bytes
 
 
@@ -36,7 +36,8 @@ def step(model, inputs, upstream, training=True):
 
 # key_dim 3: a scale of 1 / sqrt(3), which float32 does not hold exactly.
 @pytest.mark.parametrize("options", [{}, {"mask": True}, {"value_dim": 5}, {"key_dim": 3},
-                                     {"dropout": 0.5, "training": False}])
+                                     {"dropout": 0.5, "training": False},
+                                     {"dropout": 0.5, "mask": True, "training": False}])
 def test_outputs_and_gradients_equal_stock_in_float64(float64, options):
     training = options.pop("training", True)
     stock, lean = pair(**options)
@@ -53,10 +54,12 @@ def test_outputs_and_gradients_equal_stock_in_float64(float64, options):
                                    err_msg=path)
 
 
-def test_dropout_in_training_replays_the_stock_mask_exactly(float64):
+@pytest.mark.parametrize("mask", [False, True], ids=["no_mask", "mask"])
+def test_dropout_in_training_replays_the_stock_mask_exactly(float64, mask):
     """Dropout 0.5 on the probabilities: from the same seed state, the twin drops what
-    stock drops, forward and backward (its mask drawn again from the seed)."""
-    stock, lean = pair(dropout=0.5)
+    stock drops, forward and backward (its mask drawn again from the seed). With a
+    mask too, the stock code runs (its softmax zeroes a query that sees no key)."""
+    stock, lean = pair(dropout=0.5, mask=mask)
     lean.get_layer("attention")._dropout_layer.seed_generator.state.assign(
         stock.get_layer("attention")._dropout_layer.seed_generator.state)
     rng = np.random.RandomState(0)
@@ -85,3 +88,57 @@ def test_it_does_not_keep_the_probabilities(policy, size):
     inputs = [tf.constant(rng.randn(4, 65, 12).astype("float32")) for _ in range(2)]
     probabilities = 4 * 3 * 65 * 65 * size
     assert kept_bytes(stock, inputs) - kept_bytes(lean, inputs) >= probabilities
+
+
+def test_the_backward_pass_draws_the_dropout_mask_only_once_dy_exists():
+    """P2: a draw that depends on the seed alone runs in the forward pass, and TF's
+    optimiser then merges it with the forward draw, keeping the mask until the
+    backward pass. Every draw in the backward pass must depend on dy."""
+    spec = tf.TensorSpec([2, 16, 2, 4], tf.float32)
+
+    @tf.function
+    def step(q, k, v, upstream, seed):
+        with tf.GradientTape() as tape:
+            tape.watch([q, k, v])
+            out = lean_attention(q, k, v, scale=0.5, dropout=(0.1, seed), name="lean")
+            loss = tf.reduce_sum(out * upstream)
+        return tape.gradient(loss, [q, k, v])
+
+    graph = step.get_concrete_function(spec, spec, spec, spec,
+                                       tf.TensorSpec([2], tf.int32)).graph
+    upstream = graph.inputs[3].op.name
+
+    def ancestors(op):
+        seen, stack = set(), [op]
+        while stack:
+            o = stack.pop()
+            if o.name not in seen:
+                seen.add(o.name)
+                stack += [t.op for t in o.inputs] + list(o.control_inputs)
+        return seen
+
+    draws = [op for op in graph.get_operations() if op.type == "StatelessRandomUniformV2"]
+    backward = [op for op in draws if op.name.startswith("lean/")]
+    assert len(draws) == 2 and len(backward) == 1  # one forward, one backward
+    assert upstream in ancestors(backward[0])
+
+
+def test_mixed_bfloat16_outputs_equal_stock_at_a_scale_bfloat16_does_not_hold():
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        stock, lean = pair(key_dim=3)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    rng = np.random.RandomState(0)
+    inputs = [tf.constant(rng.randn(2, 9, 12).astype("float32") * 3),
+              tf.constant(rng.randn(2, 7, 12).astype("float32") * 3)]
+    np.testing.assert_array_equal(lean(inputs).numpy(), stock(inputs).numpy())
+
+
+def test_dropout_at_rate_one_runs_the_stock_code():
+    stock, lean = pair(dropout=1.0)
+    rng = np.random.RandomState(0)
+    inputs = [tf.constant(rng.randn(2, 9, 12).astype("float32")),
+              tf.constant(rng.randn(2, 7, 12).astype("float32"))]
+    np.testing.assert_array_equal(lean(inputs, training=True).numpy(),
+                                  stock(inputs, training=True).numpy())

@@ -120,3 +120,19 @@ def test_a_folded_residual_keeps_the_sum_not_the_norms_output():
     row = 4 * 16 * 64 * 4
     unfolded = memory.rewrite(model, fold_residual=False)
     assert kept_bytes(unfolded, x) - kept_bytes(memory.rewrite(model), x) >= row
+
+
+def test_an_add_in_another_dtype_than_the_norms_is_not_folded():
+    """Under mixed_bfloat16 a float32 Add sums in float32; the folded norm would sum in
+    bfloat16, so it stays an Add."""
+    from tfseg import memory
+
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        inputs = keras.Input((16, 64))
+        h = keras.layers.LayerNormalization(name="n")(keras.layers.Dense(64, name="a")(inputs))
+        out = keras.layers.Add(name="add", dtype="float32")([inputs, h])
+        model = keras.Model(inputs, out)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    assert memory.changes(model).residual == []

@@ -58,7 +58,12 @@ def test_the_upsampling_moves_into_the_conv_after_and_the_step_is_stock(float64,
     if interpolation == "nearest":
         assert_same_training_step(model, new, images)
         return
-    # TF's bilinear resize computes in float32 whatever the dtype: float32's agreement.
+    assert_same_step_to_float32(model, new, images)
+
+
+def assert_same_step_to_float32(model, new, images):
+    """`new`'s float64 step equals `model`'s to float32's precision: TF's bilinear
+    resize computes in float32 whatever the dtype."""
     expected, got = step_of(model, images, True), step_of(new, images, True)
     np.testing.assert_allclose(got.logits, expected.logits, rtol=1e-6, atol=1e-6)
     assert expected.grads.keys() == got.grads.keys()
@@ -66,6 +71,8 @@ def test_the_upsampling_moves_into_the_conv_after_and_the_step_is_stock(float64,
     for path, g in expected.grads.items():
         np.testing.assert_allclose(got.grads[path], g, rtol=1e-5, atol=1e-6 * scale,
                                    err_msg=path)
+    for path, value in got.stats.items():  # the norms' moving statistics
+        np.testing.assert_allclose(value, expected.stats[path], rtol=1e-6, atol=1e-7)
 
 
 def test_the_rewritten_task_model_keeps_the_small_map():

@@ -10,9 +10,9 @@ import tensorflow as tf
 
 from tfseg import memory
 from tfseg.layers import ResizedConcatConv2D
-from tests.memory.test_nested import randomised
+from tfseg.memory.segments import Segment
+from tests.memory.test_nested import assert_same_step_to_float32, randomised
 from tests.memory.test_patterns import kept_bytes
-from tests.memory.test_rewrite import step_of
 
 
 def decoder(kernel=1, also_read=False, functional=False, shape=(13, 17, 3), width=8):
@@ -56,16 +56,7 @@ def test_the_fuse_conv_takes_in_the_resized_maps_and_the_step_is_stock(float64, 
     assert "fuse" in [l.name for l in model.get_layer("linear_fuse").layers]  # the user's
     assert sorted(w.path for w in new.weights) == sorted(w.path for w in model.weights)
     images = tf.constant(np.random.RandomState(0).rand(2, 13, 17, 3))
-    # TF's bilinear resize computes in float32 whatever the dtype: float32's agreement.
-    expected, got = step_of(model, images, True), step_of(new, images, True)
-    np.testing.assert_allclose(got.logits, expected.logits, rtol=1e-6, atol=1e-6)
-    assert expected.grads.keys() == got.grads.keys()
-    scale = max(float(np.abs(g).max()) for g in expected.grads.values())
-    for path, g in expected.grads.items():
-        np.testing.assert_allclose(got.grads[path], g, rtol=1e-5, atol=1e-6 * scale,
-                                   err_msg=path)
-    for path, value in got.stats.items():  # the nested batch norm's moving statistics
-        np.testing.assert_allclose(value, expected.stats[path], rtol=1e-6, atol=1e-7)
+    assert_same_step_to_float32(model, new, images)
 
 
 def test_the_rewritten_decoder_does_not_keep_the_concatenation():
@@ -84,3 +75,36 @@ def test_anything_else_stays_as_it_is(case):
     new = memory.rewrite(model, **options)
     assert not any(isinstance(l, ResizedConcatConv2D) for l in new._flatten_layers())
     assert new.outputs[0].shape == model.outputs[0].shape
+
+
+def small(kind):
+    """A concat of a map and a resized one, read by a nested model whose 1x1 conv is
+    its output ("conv_only"), or that also returns its input ("returns_input"), or, in
+    a recompute segment ending at the concat, that the segment builds ("segment")."""
+    x = keras.Input((8, 8, 3))
+    stem = keras.layers.Conv2D(4, 3, padding="same", name="stem")(x)
+    a = keras.layers.Conv2D(4, 1, name="a")(stem)
+    b = keras.layers.Conv2D(5, 3, strides=2, padding="same", name="b")(stem)
+    concat = keras.layers.Concatenate(name="concat")([a, keras.layers.Resizing(8, 8)(b)])
+    inner_x = keras.Input((8, 8, 9))
+    conv = keras.layers.Conv2D(6, 1, name="fuse")(inner_x)
+    if kind == "returns_input":
+        both = keras.Model(inner_x, [conv, inner_x], name="inner")(concat)
+        return keras.Model(x, keras.layers.Concatenate(name="out")(both))
+    if kind == "conv_only":
+        return keras.Model(x, keras.Model(inner_x, conv, name="inner")(concat))
+    return keras.Model(x, keras.Model(inner_x, keras.layers.ReLU()(conv), name="inner")(concat))
+
+
+@pytest.mark.parametrize("kind", ["conv_only", "returns_input", "segment"])
+def test_a_nested_model_that_must_keep_its_conv_or_a_segment_is_left_alone(kind):
+    """Where the model without its conv would not start from the conv's output, or a
+    recompute segment (with branches) builds the concatenation itself, the pattern does
+    not apply, and the rewrite computes what stock does."""
+    model = small(kind)
+    options = {"recompute": [Segment("aspp", "stem", "concat", branches=True)]} \
+        if kind == "segment" else {}
+    assert memory.changes(model, **options).upsampled == []
+    x = tf.constant(np.random.RandomState(0).rand(2, 8, 8, 3).astype("float32"))
+    np.testing.assert_allclose(memory.rewrite(model, **options)(x).numpy(),
+                               model(x).numpy(), rtol=1e-5, atol=1e-6)

@@ -46,6 +46,9 @@ def test_a_transformer_block_gets_its_twins_and_stays_exact(float64):
     assert type(new.get_layer("ln_zero")) is keras.layers.LayerNormalization
     assert isinstance(new.get_layer("attention"), LeanMultiHeadAttention)
     assert isinstance(new.get_layer("dropped"), LeanMultiHeadAttention)
+    # Its dropout keeps its name: a checkpoint's random states are keyed by it.
+    assert [l.name for l in new.get_layer("dropped")._flatten_layers()] == \
+        [l.name for l in model.get_layer("dropped")._flatten_layers()]
     down = new.get_layer("mlp_down")
     assert isinstance(down, ActivationDense) and down.input_activation == "gelu"
     assert "mlp_gelu" not in {layer.name for layer in new.layers}

@@ -42,12 +42,13 @@ def lean_attention(query, key, value, *, scale, mask=None, dropout=None, name=No
 
     Args:
       query: [B, T, N, H]; key: [B, S, N, H]; value: [B, S, N, Hv].
-      scale: the logits' factor, usually 1 / sqrt(H): a Python number (taken in the
-        logits' precision) or a tensor.
+      scale: the logits' factor, usually 1 / sqrt(H): a Python number (through
+        float32, as Keras' attention takes it) or a tensor (e.g. float64 to keep it
+        exact).
       mask: None or a boolean tensor broadcastable to [B, N, T, S] (True: attend).
       dropout: None or (rate, seed): dropout on the probabilities (in value's dtype),
-        drawn as Keras' `Dropout` draws it from the int32 seed (`keras_seed`); the
-        backward pass draws the same mask again.
+        0 < rate < 1, drawn as Keras' `Dropout` draws it from the int32 seed
+        (`keras_seed`); the backward pass draws the same mask again, once, after dy.
       name: the name scope of the backward pass's ops.
 
     Returns [B, T, N, Hv] in value's dtype, with the arithmetic of
@@ -56,8 +57,8 @@ def lean_attention(query, key, value, *, scale, mask=None, dropout=None, name=No
     """
     stat = tf.float64 if query.dtype == tf.float64 else tf.float32
     dtypes = (query.dtype, key.dtype, value.dtype)
-    # Not tf.cast: it would make a Python float a float32 constant first.
-    scale = tf.cast(tf.convert_to_tensor(scale, dtype_hint=stat), stat)
+    # A Python float becomes a float32 constant first, as in Keras' attention.
+    scale = tf.cast(scale, stat)
 
     def probabilities(q, k):
         logits = tf.cast(tf.einsum("BTNH,BSNH->BNTS", q, k), stat) * scale
@@ -65,10 +66,11 @@ def lean_attention(query, key, value, *, scale, mask=None, dropout=None, name=No
             logits = tf.where(mask, logits, _large_negative(stat))
         return tf.nn.softmax(logits, axis=-1)
 
-    def dropped(t):
+    def dropped(t, seed=None):
         if dropout is None:
             return t
-        return tf.nn.experimental.stateless_dropout(t, rate=dropout[0], seed=dropout[1])
+        seed = dropout[1] if seed is None else seed
+        return tf.nn.experimental.stateless_dropout(t, rate=dropout[0], seed=seed)
 
     @tf.custom_gradient
     def forward(q, k, v):
@@ -83,13 +85,18 @@ def lean_attention(query, key, value, *, scale, mask=None, dropout=None, name=No
                 q_g, k_g, v_g = (_gated(t, dy) for t in (q, k, v))
                 p = probabilities(q_g, k_g)
                 dy_s, q_s, k_s, v_s = (tf.cast(t, stat) for t in (dy, q_g, k_g, v_g))
-                applied = p
-                if dropout is not None:  # the same mask, drawn again from the seed
-                    applied = tf.cast(dropped(tf.cast(p, v.dtype)), stat)
+                applied, kept = p, None
+                if dropout is not None:
+                    # The mask over (1 - rate), drawn again from the seed once dy exists
+                    # (P2: from the seed alone TF would draw it in the forward pass and
+                    # keep it); p * it is what stock's dropout(p) makes, to the bit.
+                    p_v = tf.cast(p, v.dtype)
+                    kept = dropped(tf.ones_like(p_v), seed=_gated(dropout[1], dy))
+                    applied = tf.cast(p_v * kept, stat)
                 dv = tf.einsum("BNTS,BTNH->BSNH", applied, dy_s)
                 dp = tf.einsum("BTNH,BSNH->BNTS", dy_s, v_s)
-                if dropout is not None:  # d dropout(p) / dp: the mask over (1 - rate)
-                    dp *= tf.cast(dropped(tf.ones_like(tf.cast(p, v.dtype))), stat)
+                if kept is not None:  # d dropout(p) / dp
+                    dp *= tf.cast(kept, stat)
                 dlogits = p * (dp - tf.reduce_sum(dp * p, -1, keepdims=True))
                 if mask is not None:
                     # A row that sees no key is uniform over masked logits: their constant
@@ -112,8 +119,9 @@ class LeanMultiHeadAttention(keras.layers.MultiHeadAttention):
 
     Same arguments and variables (query/key/value/attention_output projections),
     names and order; dropout on the probabilities is replayed from its seed. The
-    stock code runs where the twin does not apply: attention scores returned or more
-    than one attention axis (a causal mask arrives as a mask). Shapes: as the stock
+    stock code runs where the twin does not apply: attention scores returned, more than
+    one attention axis (a causal mask arrives as a mask), dropout with a mask (stock's
+    softmax then zeroes a query that sees no key) or at rate 1. Shapes: as the stock
     layer's.
 
     Example:
@@ -125,7 +133,10 @@ class LeanMultiHeadAttention(keras.layers.MultiHeadAttention):
 
     def _compute_attention(self, query, key, value, attention_mask=None, training=None,
                            return_attention_scores=False, use_causal_mask=False):
-        if return_attention_scores or len(query.shape) != 4:
+        # With dropout on, stock runs its einsum path, whose masked softmax gives zeros
+        # to a query that sees no key (lean_attention: a uniform row); rate 1: zeros.
+        if (return_attention_scores or len(query.shape) != 4 or self._dropout >= 1.0
+                or (self._dropout > 0.0 and attention_mask is not None)):
             return super()._compute_attention(
                 query, key, value, attention_mask=attention_mask, training=training,
                 return_attention_scores=return_attention_scores,
@@ -135,11 +146,10 @@ class LeanMultiHeadAttention(keras.layers.MultiHeadAttention):
             mask = ops.cast(attention_mask, "bool")
             while len(mask.shape) < 4:
                 mask = ops.expand_dims(mask, axis=-3)
-        # The scale as the stock code makes it (a Python float through float32).
-        scale = ops.cast(self._inverse_sqrt_key_dim, query.dtype)
         dropout = None
         if training and self._dropout > 0.0:  # the seed the stock Dropout would draw
             dropout = (self._dropout, keras_seed(self._dropout_layer.seed_generator))
-        out = lean_attention(query, key, value, scale=scale, mask=mask, dropout=dropout,
+        out = lean_attention(query, key, value, scale=self._inverse_sqrt_key_dim, mask=mask,
+                             dropout=dropout,
                              name=self.name)
         return out, None

@@ -33,6 +33,8 @@ class LeanSegFormerAttention(SegFormerMultiheadAttention):
     is drawn again from the seed Keras' `Dropout` would draw."""
 
     def call(self, x):  # SegFormerMultiheadAttention.call, its attention lean
+        if self.dropout.rate >= 1.0:  # stock's dropout then returns zeros
+            return super().call(x)
         batch, tokens, width = ops.shape(x)
         side, heads = int(math.sqrt(tokens)), self.num_heads
         q = ops.reshape(self.q(x), (batch, tokens, heads, width // heads))
@@ -45,5 +47,7 @@ class LeanSegFormerAttention(SegFormerMultiheadAttention):
         dropout = None
         if context is not None and context.training and self.dropout.rate > 0:
             dropout = (self.dropout.rate, keras_seed(self.dropout.seed_generator))
-        out = lean_attention(q, k, v, scale=self.scale, dropout=dropout, name=self.name)
+        # The scale in q's dtype, as stock's `* self.scale` takes it (float64 exact).
+        scale = ops.convert_to_tensor(self.scale, dtype=q.dtype)
+        out = lean_attention(q, k, v, scale=scale, dropout=dropout, name=self.name)
         return self.proj_drop(self.proj(ops.reshape(out, (batch, tokens, width))))

@@ -143,9 +143,11 @@ def _weights(layer):
     return sorted(((w.path, tuple(w.shape), w) for w in layer.weights), key=lambda t: t[0])
 
 
-def _same_names(copy, layer):
-    """Gives the sublayers `copy` made in its constructor the names of `layer`'s, which
-    Keras numbered when `layer` was made (`dense_4`): their variables' paths follow."""
+def same_names(copy, layer):
+    """Gives `copy`'s sublayers the names of `layer`'s, which Keras numbered when
+    `layer` was made (`dense_4`), where both have the same kinds in the same order:
+    before `copy` is built, their variables' paths follow; after, their dropouts'
+    random states keep their keys in a checkpoint (`tfseg.runtime.state`)."""
     subs, originals = (l._flatten_layers(include_self=False) for l in (copy, layer))
     if [type(a) for a in subs] == [type(b) for b in originals]:
         for sub, original in zip(subs, originals):
@@ -169,7 +171,7 @@ def rebuilt_with_twins(layer, twins, args, kwargs):
         log.info("%s: kept as it is (its config does not rebuild it: %s)", layer.name,
                  str(error).splitlines()[0][:200])
         return None, None
-    _same_names(copy, layer)
+    same_names(copy, layer)
     outputs = same_scope(copy, layer)(*args, **kwargs)
     old, new = _weights(layer), _weights(copy)
     if [t[:2] for t in old] != [t[:2] for t in new]:

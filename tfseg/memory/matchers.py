@@ -138,11 +138,13 @@ def shared_relus(graph, taken, fuse_relu_depthwise, fuse_relu_conv, fold_adds):
 
 def norm_folds(graph, taken, node, tensor, other):
     """Whether `node` (an Add) can fold in the norm that makes `tensor`, its input
-    beside `other`: the norm feeds only it, once, at `other`'s shape."""
+    beside `other`: the norm feeds only it, once, at `other`'s shape, and the Add
+    computes in the norm's dtype (the folded sum is made in it)."""
     norm = producer(tensor)
     return (not norm.is_input and id(norm) not in taken
             and not graph.shared(norm.operation) and graph.only_consumer(norm) is node
-            and other is not tensor and tuple(other.shape) == tuple(tensor.shape))
+            and other is not tensor and tuple(other.shape) == tuple(tensor.shape)
+            and node.operation.compute_dtype == norm.operation.compute_dtype)
 
 
 def _foldable(graph, taken):

@@ -28,6 +28,14 @@ def _is_one_by_one(layer):
             and not getattr(layer, "quantization_mode", None))
 
 
+def _called_once(graph, node):
+    """`node` where it calls a nested model that is called nowhere else, else None."""
+    if (node is None or not isinstance(node.operation, keras.Model)
+            or graph.shared(node.operation) or len(node.operation._inbound_nodes) != 1):
+        return None
+    return node
+
+
 def final_upsampling(model):
     """The node of the `UpSampling2D` (bilinear or nearest, channels last, called once)
     that makes a functional `model`'s only output, else None. (Nothing else in the model
@@ -50,9 +58,8 @@ def upsampled_conv(graph, conv):
     upsampling (`final_upsampling`), both called once, else None."""
     if not _is_one_by_one(conv.operation) or graph.shared(conv.operation):
         return None
-    nested = graph.sole_feeder(conv)
-    if (nested is None or not isinstance(nested.operation, keras.Model)
-            or graph.shared(nested.operation) or len(nested.operation._inbound_nodes) != 1):
+    nested = _called_once(graph, graph.sole_feeder(conv))
+    if nested is None:
         return None
     upsampling = final_upsampling(nested.operation)
     return None if upsampling is None else (nested, upsampling)
@@ -67,15 +74,18 @@ def _graph_of(model):
 
 def first_conv(model):
     """The 1x1 `Conv2D` (called once) that alone reads a nested functional or
-    `Sequential` model's only input, and reads nothing else; else None."""
+    `Sequential` model's only input, and reads nothing else, where neither that input
+    nor the conv's output is an output of the model; else None."""
     graph = _graph_of(model)
     if graph is None or len(graph.inputs) != 1:
         return None
     start = graph.inputs[0]
     readers = [node for nodes in graph._nodes_by_depth.values() for node in nodes
                if any(t is start for t in node.input_tensors)]
-    if len(readers) != 1 or len(readers[0].input_tensors) != 1:
-        return None
+    outputs = {id(t) for t in graph.outputs}
+    if (len(readers) != 1 or len(readers[0].input_tensors) != 1 or id(start) in outputs
+            or id(readers[0].outputs[0]) in outputs):
+        return None  # the model without the conv would not start from its output
     conv = readers[0].operation
     return conv if _is_one_by_one(conv) and len(conv._inbound_nodes) == 1 else None
 
@@ -105,9 +115,8 @@ def resized_concat_conv(graph, node):
     if (type(layer) is not keras.layers.Concatenate or layer.axis not in (-1, 3)
             or graph.shared(layer)):
         return None
-    nested = graph.only_consumer(node)
-    if (nested is None or not isinstance(nested.operation, keras.Model)
-            or graph.shared(nested.operation) or len(nested.operation._inbound_nodes) != 1):
+    nested = _called_once(graph, graph.only_consumer(node))
+    if nested is None:
         return None
     conv = first_conv(nested.operation)
     if conv is None:

@@ -199,8 +199,10 @@ def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
                                               keras.layers.RMSNormalization))
                 or (lean_attention and type(layer) is keras.layers.MultiHeadAttention)):
             _norm_or_attention(result, layer)
-        concat = resized_concat_conv(graph, node) if lean_upsampling else None
-        if concat is not None:
+        concat = (resized_concat_conv(graph, node)  # not a segment's: it builds its own
+                  if lean_upsampling and id(node) not in taken and id(node) not in result.blocks
+                  else None)
+        if concat is not None and not any(id(part) in taken for part in concat[3]):
             nested, conv, sizes, resizes = concat
             result.skipped |= {id(part) for part in resizes}  # the twin resizes
             result.concats[id(node)] = (conv, sizes)

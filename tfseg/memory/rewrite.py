@@ -6,7 +6,7 @@ import logging
 import keras
 
 from tfseg.layers import Recompute, ResizedConcatConv2D, SerialBranches
-from tfseg.memory.inside import rebuilt_with_twins, same_scope, seed_states
+from tfseg.memory.inside import rebuilt_with_twins, same_names, same_scope, seed_states
 from tfseg.memory.patterns import Graph, changes
 
 log = logging.getLogger("tfseg.memory")
@@ -223,6 +223,7 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
     new_model = keras.Model(inputs, outputs, name=model.name)
     for old in rebuilt:
         new_layers[old].set_weights(old.get_weights())
+        same_names(new_layers[old], old)  # sublayers made in build(): MHA's
         for source, target in zip(seed_states(old), seed_states(new_layers[old])):
             target.assign(source)  # its dropout draws what the original's would
     twice = _shared_paths(new_model) - _shared_paths(model)
