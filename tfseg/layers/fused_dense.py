@@ -34,9 +34,14 @@ def _kernel_grad(t, shape, dy):
 
 
 class _TakesActivation:
-    """`input_activation`, the elementwise activation a twin takes in, as a property:
-    a stock layer made this twin in place (`tfseg.memory.inside`) needs only it, and
-    the function is made once, here, not in call."""
+    """What both twins share: `input_activation`, the elementwise activation taken in,
+    as a property (a stock layer made this twin in place, `tfseg.memory.inside`, needs
+    only it, and the function is made once, here, not in call), and `call`: the
+    product (`_product`) through `lean_conv`, then the stock bias and activation."""
+
+    def __init__(self, *args, input_activation="gelu", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.input_activation = input_activation
 
     @property
     def input_activation(self):
@@ -49,8 +54,14 @@ class _TakesActivation:
         # "relu" keeps TF's ReluGrad (a mask from the input); others are differentiated.
         self._input_fn = "relu" if fn is keras.activations.relu else fn
 
-    def _finish(self, outputs):
-        """The stock layer's bias and activation after the product."""
+    def _product(self):
+        """`lean_conv`'s product arguments: `conv` [, `input_grad`, `filter_grad`]."""
+        raise NotImplementedError
+
+    def call(self, inputs, training=None):
+        kernel = ops.cast(self.kernel, self.compute_dtype)
+        outputs = lean_conv(inputs, kernel, activation=self._input_fn, name=self.name,
+                            **self._product())
         if self.bias is not None:
             outputs = ops.add(outputs, ops.cast(self.bias, self.compute_dtype))
         return self.activation(outputs) if self.activation is not None else outputs
@@ -76,15 +87,8 @@ class ActivationDense(_TakesActivation, keras.layers.Dense):
     TensorShape([2, 5, 8])
     """
 
-    def __init__(self, *args, input_activation="gelu", **kwargs):
-        super().__init__(*args, **kwargs)
-        self.input_activation = input_activation
-
-    def call(self, inputs, training=None):
-        kernel = ops.cast(self.kernel, self.compute_dtype)
-        return self._finish(lean_conv(inputs, kernel, conv=_matmul, input_grad=_input_grad,
-                                      filter_grad=_kernel_grad, activation=self._input_fn,
-                                      name=self.name))
+    def _product(self):
+        return dict(conv=_matmul, input_grad=_input_grad, filter_grad=_kernel_grad)
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
@@ -103,12 +107,5 @@ class ActivationEinsumDense(_TakesActivation, keras.layers.EinsumDense):
     TensorShape([2, 5, 8])
     """
 
-    def __init__(self, *args, input_activation="gelu", **kwargs):
-        super().__init__(*args, **kwargs)
-        self.input_activation = input_activation
-
-    def call(self, inputs, training=None):
-        kernel = ops.cast(self.kernel, self.compute_dtype)
-        return self._finish(lean_conv(
-            inputs, kernel, conv=lambda t, k: tf.einsum(self.equation, t, k),
-            activation=self._input_fn, name=self.name))
+    def _product(self):  # differentiated again in the backward pass
+        return dict(conv=lambda t, k: tf.einsum(self.equation, t, k))
