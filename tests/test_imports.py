@@ -10,10 +10,10 @@ import pytest
 import tfseg
 
 ROOT = pathlib.Path(tfseg.__file__).parent
-# Lowest first: each package may import only the ones before it. `errors` and `config`
+# Lowest first: each package may import only the ones before it. `errors`, `config` and `io`
 # import no TensorFlow; `runtime` is what training and evaluation share.
-ORDER = ("errors", "config", "layers", "memory", "models", "data", "split", "runtime", "evaluation",
-         "deploy", "training", "profile", "budget", "report", "api", "cli")
+ORDER = ("errors", "config", "io", "layers", "memory", "models", "data", "split", "runtime",
+         "evaluation", "deploy", "training", "profile", "budget", "report", "api", "cli")
 # Imports inside functions, where they are the point: the profiler's measuring process
 # imports TensorFlow only once it runs (its parent may not have it loaded); tfseg.training
 # loads its loss on first use, so that the command's lock (tfseg.training.lock) costs no

@@ -219,13 +219,13 @@ def test_the_readme_command_in_a_fresh_process(tmp_path):
 def test_a_signal_that_reaches_the_command_after_a_write_ends_it_as_the_signal_would(
         tmp_path):
     """A SIGTERM between the end of a write's block and its cleanup surfaces as
-    tfseg.data.outputs.Interrupted at the command's top (a real process: the command
+    tfseg.io.outputs.Interrupted at the command's top (a real process: the command
     ends itself by the signal): it ends by SIGTERM, with no traceback, and the write's
     staging folder is removed."""
     script = f"""
 import sys
 from tfseg.cli import main, modes
-from tfseg.data import outputs
+from tfseg.io import outputs
 
 def write_then_signal(config):
     with outputs.staged({str(tmp_path)!r}) as stage:

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.report.test_frontier import _frontier
-from tfseg.data.outputs import STAGING_PREFIX
+from tfseg.io.outputs import STAGING_PREFIX
 from tfseg.report import render
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,4 +1,4 @@
-"""Every mode's outputs whole (tfseg/data/outputs.py), on a tiny trained run's real files.
+"""Every mode's outputs whole (tfseg/io/outputs.py), on a tiny trained run's real files.
 
 A SIGTERM at chosen moments of a second export, predict, convert and eval (real
 processes: each polls the files until its moment, then signals) leaves the old output or
@@ -22,7 +22,7 @@ import pytest
 from PIL import Image
 
 from tests.train.conftest import run_main, start_main, wait_for
-from tfseg.data.outputs import STAGING_PREFIX
+from tfseg.io.outputs import STAGING_PREFIX
 
 VAL_CITY = ("leftImg8bit", "val", "synth2")
 

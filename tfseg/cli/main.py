@@ -118,9 +118,9 @@ def main(argv):
         return 3
     except BaseException as error:
         # A signal during a write that arrived between the end of the write's block and
-        # its cleanup reaches here (tfseg.data.outputs.Interrupted): end as the signal
+        # its cleanup reaches here (tfseg.io.outputs.Interrupted): end as the signal
         # would have, once the write's cleanup has run.
-        outputs = sys.modules.get("tfseg.data.outputs")
+        outputs = sys.modules.get("tfseg.io.outputs")
         if outputs is None or not isinstance(error, outputs.Interrupted):
             raise
         name = error.args[0]

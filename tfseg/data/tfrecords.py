@@ -9,7 +9,7 @@ per-format logic. Two storage modes:
 A ``{split}.json`` next to the shards records the mode, record and pixel
 counts and class metadata. A split's shards and its JSON are written whole, renamed into
 place together (the JSON last), replacing the split's previous shards
-(``tfseg.data.outputs``).
+(``tfseg.io.outputs``).
 """
 
 import glob
@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfseg.data.decode import decode_image, pairs_dataset, pairs_to_examples
-from tfseg.data.outputs import require_folder, staged
+from tfseg.io.outputs import require_folder, staged
 from tfseg.data.registry import register_reader
 from tfseg.data.source import Source
 from tfseg.data.stats import DataStats

@@ -4,7 +4,7 @@ into ``--export_dir``."""
 import os
 
 from tfseg import data as data_lib
-from tfseg.data.outputs import replaced_folder, require_replaceable
+from tfseg.io.outputs import replaced_folder, require_replaceable
 from tfseg.evaluation.evaluate import eval_data
 from tfseg.evaluation.loading import load_model
 from tfseg.deploy.registry import EXPORTERS, all_entries

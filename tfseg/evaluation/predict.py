@@ -21,7 +21,7 @@ import numpy as np
 from PIL import Image
 
 from tfseg.data import cityscapes
-from tfseg.data.outputs import replaced_folder, require_replaceable
+from tfseg.io.outputs import replaced_folder, require_replaceable
 from tfseg.errors import InputError
 from tfseg.evaluation.evaluate import inference_config
 from tfseg.evaluation.images import read_rgb

@@ -22,7 +22,7 @@ import json
 
 import tensorflow as tf
 
-from tfseg.data.outputs import staged
+from tfseg.io.outputs import staged
 
 
 def _size(pair):
@@ -67,7 +67,7 @@ def write_scalars(writer, result, step, name):
 def write(out_dir, name, result, metrics):
     """Writes ``NAME.json`` (``result``), ``NAME_confusion.csv`` (of ``metrics``, a
     ``SegmentationMetrics``) and a TensorBoard events file into ``out_dir``, renamed into
-    place together (the JSON file last; ``tfseg.data.outputs.staged``); the results of
+    place together (the JSON file last; ``tfseg.io.outputs.staged``); the results of
     other names stay. Returns the JSON file's name. Raises OSError or
     ``tf.errors.OpError`` when the folder cannot be written (nothing is changed then)."""
     json_name = f"{name}.json"

@@ -4,7 +4,7 @@ import dataclasses
 
 from tfseg import budget as budget_lib
 from tfseg.budget import fit as fit_lib
-from tfseg.data.outputs import require_folder
+from tfseg.io.outputs import require_folder
 from tfseg.profile.measure import Stopped, measure_repeats
 from tfseg.profile.step import VARIANTS
 from tfseg.report import render

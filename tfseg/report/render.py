@@ -3,7 +3,7 @@
 import json
 import math
 
-from tfseg.data.outputs import staged
+from tfseg.io.outputs import staged
 from tfseg.report import document
 
 MIB = 2**20

@@ -8,7 +8,7 @@ import re
 import tensorflow as tf
 
 from tfseg.config import Config
-from tfseg.data.outputs import replaced_file
+from tfseg.io.outputs import replaced_file
 from tfseg.errors import InputError
 
 CONFIG_FILE = "config.json"

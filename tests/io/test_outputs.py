@@ -1,4 +1,4 @@
-"""Outputs written whole (tfseg/data/outputs.py), on real files: a folder swapped in as a
+"""Outputs written whole (tfseg/io/outputs.py), on real files: a folder swapped in as a
 whole, files renamed into place, nothing changed by an exception, a staging folder left
 by a kill -9 cleaned up by the next write, and signals sent to real processes at chosen
 moments (each loads the module alone: a fraction of a second, no TensorFlow)."""
@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from tfseg.data import outputs
+from tfseg.io import outputs
 from tfseg.errors import InputError
 
 MODULE = outputs.__file__
