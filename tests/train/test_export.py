@@ -11,13 +11,12 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
+from tests.extras import needs
 from tests.train.conftest import run_main
 from tfseg.config import Config
 from tfseg.models import normalize
 
-needs_onnx = pytest.mark.skipif(
-    importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("tf2onnx") is None,
-    reason='the export extra is not installed: pip install "tfseg[export]"')
+needs_onnx = needs("export", "onnxruntime", "tf2onnx")
 ALL = "saved_model,keras,tflite,onnx" if importlib.util.find_spec("tf2onnx") else \
     "saved_model,keras,tflite"
 SIZE = (97, 129)  # odd, and not the training crop
