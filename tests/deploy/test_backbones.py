@@ -1,11 +1,11 @@
 """A model on a keras.applications backbone exports too: its .tflite and .onnx give the
 Keras model's classes and logits (random weights, MobileNetV2, odd sizes)."""
 
-import importlib.util
 
 import numpy as np
 import pytest
 
+from tests.extras import needs
 from tfseg.config import Config
 from tfseg.deploy import Request, tflite
 from tfseg.models import normalize
@@ -40,8 +40,7 @@ def test_mobilenet_tflite_matches_keras(mobilenet):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("tf2onnx") is None,
-                    reason='tf2onnx is not installed: pip install "tfseg[export]"')
+@needs("export", "tf2onnx", "onnxruntime")
 def test_mobilenet_onnx_matches_keras_at_any_size(mobilenet, tmp_path):
     import onnxruntime
 

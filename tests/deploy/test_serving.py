@@ -1,12 +1,12 @@
 """What every format computes, and a converter's failure as one line naming the format
 and the op (real converters on a one-op "model" they cannot hold)."""
 
-import importlib.util
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.extras import needs
 from tfseg.deploy import Request, frozen_function, serving_function, tflite
 from tfseg.errors import InputError
 
@@ -48,8 +48,7 @@ def test_a_tflite_converter_failure_names_the_format_and_the_op():
                                 "tf.Igamma: 'tf.Igamma' op is neither a custom op nor a flex op")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tf2onnx") is None,
-                    reason='tf2onnx is not installed: pip install "tfseg[export]"')
+@needs("export", "tf2onnx", "onnxruntime")
 def test_an_onnx_converter_failure_names_the_format_and_the_op(tmp_path):
     from tfseg.deploy import onnx
 

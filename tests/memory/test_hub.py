@@ -2,8 +2,8 @@
 built from their classes with random weights (no preset is downloaded), and
 keras.applications families whose variable paths come from name scopes, nested
 `Sequential`s and global counters. Each: no crash, the same variable paths,
-inference outputs equal, and float32 training gradients as close to a float64
-stock reference as stock's own float32 gradients are.
+inference outputs equal, and float32 training gradients within 1.5x of stock's own
+float32 error against a float64 stock reference.
 
 keras-hub is a test-only dependency, installed with --no-deps (docs/testing.md).
 """
@@ -11,6 +11,8 @@ keras-hub is a test-only dependency, installed with --no-deps (docs/testing.md).
 import collections
 import importlib.util
 import pathlib
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -20,16 +22,23 @@ import tensorflow as tf
 from tfseg import memory
 from tfseg.layers import (ActivationDense, InplaceLayerNormalization, LeanMultiHeadAttention,
                           ResizedConcatConv2D, UpsampledConv2D)
+from tests.extras import INSTALL, needs
 from tests.memory.test_rewrite import assert_same_training_step, train_step
 
-keras_hub = pytest.importorskip("keras_hub")
+pytestmark = needs("hub", "keras_hub").marks
+keras_hub = pytest.importorskip("keras_hub", reason=f"the 'hub' extra: {INSTALL['hub']}")
 
 
-# The benchmark's builders (benchmarks/rewrite.py), at tiny widths.
-_spec = importlib.util.spec_from_file_location(
-    "rewrite_benchmark", pathlib.Path(__file__).parents[2] / "benchmarks" / "rewrite.py")
+# The benchmark's builders (benchmarks/rewrite.py), at tiny widths; it imports its
+# helpers from beside it, as when run as a script.
+_folder = pathlib.Path(__file__).parents[2] / "benchmarks"
+_spec = importlib.util.spec_from_file_location("rewrite_benchmark", _folder / "rewrite.py")
 benchmark = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(benchmark)
+sys.path.insert(0, str(_folder))
+try:
+    _spec.loader.exec_module(benchmark)
+finally:
+    sys.path.remove(str(_folder))
 
 
 def deeplab_v3():
@@ -70,6 +79,10 @@ MODELS = [deeplab_v3, segformer, vit, csp_darknet,
           pytest.param(nasnet_mobile, marks=pytest.mark.slow)]
 
 
+# Four float32 ulps (2**-24 each) of the largest gradient: see the gradients' test.
+FLOOR = 4 * 2.0 ** -24
+
+
 def twins(build):
     """The model built in float32 and in float64, with the same weights."""
     model, size = build()
@@ -95,6 +108,8 @@ def gradients(model, images):
 def test_the_rewrite_keeps_paths_outputs_and_float32_gradients(build):
     model, reference, size = twins(build)
     new = memory.rewrite(model)
+    assert all(layer.rate == 0 for layer in new._flatten_layers()
+               if isinstance(layer, keras.layers.Dropout))  # one function, no masks
     assert not any(type(layer).__module__.startswith("tfseg")  # the user's model as it was
                    for layer in model._flatten_layers())
     assert sorted(w.path for w in new.weights) == sorted(w.path for w in model.weights)
@@ -110,7 +125,10 @@ def test_the_rewrite_keeps_paths_outputs_and_float32_gradients(build):
     scale = max(np.abs(g).max() for g in exact.values())
     error_stock = max(np.abs(stock[p] - g).max() for p, g in exact.items()) / scale
     error_new = max(np.abs(rewritten[p] - g).max() for p, g in exact.items()) / scale
-    assert error_new <= 4 * error_stock + 1e-6
+    # A few float32 ulps of the largest gradient are no yardstick: ViT's stock error, at
+    # 3 to 17 ulps over five weight seeds, gave ratios of 0.63 to 1.63, the highest where
+    # stock's was least (3.2 ulps against 5.3); CSPDarkNet's, at 14 to 27, 0.67 to 1.30.
+    assert error_new <= 1.5 * error_stock + FLOOR, (error_new, error_stock)
 
 
 def test_vits_subclassed_blocks_get_the_transformer_twins():
@@ -153,7 +171,7 @@ def test_segformers_mit_blocks_are_rebuilt_with_their_twins_and_stay_exact(float
     them (tfseg/memory/hub_blocks.py), with output-only layer norms, the attention
     without its probabilities (their dropout, 0.1 in keras-hub, replayed from the seed)
     and MixFFN's tanh GELU taken into fc2. The step equals stock's, masks included."""
-    from tfseg.memory.hub_twins import LeanMixFFN, LeanSegFormerAttention
+    from tfseg.layers.hub import LeanMixFFN, LeanSegFormerAttention
 
     model, size = segformer()
     attention = [l for l in model._flatten_layers()
@@ -187,3 +205,26 @@ def test_deeplab_v3s_classifier_takes_in_the_backbones_last_upsampling():
         (f"{model.backbone.name}/backbone_output_upsampling", "segmentation_output")]
     assert isinstance(new.get_layer("segmentation_output"), UpsampledConv2D)
     assert new.outputs[0].shape == model.outputs[0].shape
+
+
+# Either order of import: keras-hub's entries register themselves (tfseg.memory's hook),
+# and tfseg alone imports no keras-hub.
+FIRST_TFSEG = """
+import sys, keras, tfseg.memory
+assert not {"keras_hub", "tfseg.memory.hub_blocks", "tfseg.layers.hub"} & set(sys.modules)
+import keras_hub
+"""
+FIRST_HUB = "import keras_hub, tfseg.memory\n"
+TWIN = """
+from keras_hub.src.models.mit.mit_layers import MixFFN
+from tfseg.memory import blocks
+print(blocks.twin(MixFFN(8, 32), {"fuse_relu_conv"})[0].__module__)
+"""
+
+
+@pytest.mark.parametrize("imports", [FIRST_TFSEG, FIRST_HUB], ids=["tfseg_first", "hub_first"])
+def test_keras_hubs_entries_register_once_keras_hub_is_imported(imports):
+    result = subprocess.run([sys.executable, "-c", imports + TWIN], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "tfseg.layers.hub"

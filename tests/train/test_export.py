@@ -14,6 +14,7 @@ from PIL import Image
 from tests.extras import needs
 from tests.train.conftest import run_main
 from tfseg.config import Config
+from tfseg.evaluation.inference import InferenceConfig, padded_pass
 from tfseg.models import normalize
 
 needs_onnx = needs("export", "onnxruntime", "tf2onnx")
@@ -50,7 +51,9 @@ def _images(data_dir, size):
 
 
 def _keras(model, image):
-    logits = model(normalize(image), training=False).numpy()
+    # As eval and the exports run it: padded to the run's output stride (16), cropped back.
+    logits = padded_pass(lambda x: model(x, training=False), normalize(image),
+                         InferenceConfig(size_multiple=16)).numpy()
     return np.argmax(logits, -1).astype(np.int32), logits
 
 

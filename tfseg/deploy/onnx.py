@@ -30,7 +30,8 @@ def convert(model, request, path):
     import onnx
     import tf2onnx
 
-    serve = serving_function(model, request.input_shape(fixed=False), request.logits)
+    serve = serving_function(model, request.input_shape(fixed=False), request.logits,
+                             request.sizes)
     try:
         proto, _ = tf2onnx.convert.from_function(serve, input_signature=serve.input_signature,
                                                  opset=OPSET)

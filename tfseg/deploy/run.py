@@ -4,8 +4,10 @@ into ``--export_dir``."""
 import os
 
 from tfseg import data as data_lib
+from tfseg.data.footprint import image_size
+from tfseg.errors import InputError
 from tfseg.io.outputs import replaced_folder, require_replaceable
-from tfseg.evaluation.evaluate import eval_data
+from tfseg.evaluation.evaluate import eval_data, inference_config
 from tfseg.evaluation.loading import load_model
 from tfseg.deploy.registry import EXPORTERS, all_entries
 from tfseg.deploy.serving import Request, resized
@@ -22,15 +24,46 @@ def calibration_images(config, size, count):
     return images
 
 
+def eval_image_size(config):
+    """(height, width) shared by every image of ``--eval_split``, read from the files'
+    headers; None when the split is not on disk, is TFRecords, or mixes sizes."""
+    data = eval_data(config)
+    if not os.path.isdir(data.root) or data_lib.reader(data.dataset).records:
+        return None  # and the synthetic reader would write its data set
+    try:
+        pairs = data_lib.get_source(data).pairs
+    except InputError:
+        return None
+    sizes = {image_size(image) for image, _ in pairs}
+    return sizes.pop() if len(sizes) == 1 and None not in sizes else None
+
+
+def export_size(config):
+    """``--export_size``, else the size the eval split's images share (the .tflite then
+    takes them as they are), else the training crop rounded to the nearest size the
+    model maps exactly (``InferenceConfig.pass_size``: k x output stride, + 1 for
+    ``--resize=align_corners``). Every format pads other sizes up to one (serving.py)."""
+    if config.run.export_size:
+        return tuple(config.run.export_size)
+    found = eval_image_size(config)
+    if found:
+        return tuple(found)
+    sizes = inference_config(config)
+    half = sizes.size_multiple // 2
+    return tuple(sizes.pass_size(max(n - half, 1)) for n in config.data.crop_size)
+
+
 def request_of(config, log=print):
-    """The ``Request`` of ``config``: the export size (default ``--eval_crop``), the
-    logits, the quantisation and, for int8, the calibration images."""
+    """The ``Request`` of ``config``: the export size (``export_size``), the pass sizes
+    the model maps exactly (eval's), the logits, the quantisation and, for int8, the
+    calibration images."""
     run = config.run
-    size = tuple(run.export_size or config.eval.crop)
+    size = export_size(config)
     calibration = (calibration_images(config, size, run.calibration_images)
                    if run.tflite_quantization == "int8" else None)
     return Request(size=size, logits=run.export_logits, quantization=run.tflite_quantization,
-                   calibration=calibration, log=log)
+                   calibration=calibration, log=log,
+                   sizes=inference_config(config, mode="whole"))
 
 
 def export(config, log=print):
@@ -40,7 +73,9 @@ def export(config, log=print):
     Formats (``tfseg.deploy.EXPORTERS``): ``saved_model`` (any size), ``keras``
     (model.keras), ``tflite`` (model.tflite, ``--export_size``, ``--tflite_quantization``)
     and ``onnx`` (model.onnx, any size; the ``export`` extra). All but keras take uint8
-    RGB [1, H, W, 3] and give int32 class ids [1, H, W].
+    RGB [1, H, W, 3] and give int32 class ids [1, H, W], each image padded inside the
+    graph to a size the model maps exactly and cropped back, as eval does: at any size
+    they give the classes ``--mode=predict`` gives from the checkpoint.
 
     The stock Keras model is exported whatever the training used (``--memory_saving``,
     ``--recompute``, the many-class head, a split across devices): it holds the same

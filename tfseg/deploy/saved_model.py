@@ -6,13 +6,15 @@ import tensorflow as tf
 
 from tfseg.deploy.registry import register, runner
 from tfseg.deploy.serving import CLASSES, INPUT, serving_function
+from tfseg.evaluation.inference import InferenceConfig
 
 SAVED_MODEL = "saved_model"
 
 
 class Segmenter(tf.Module):
     """Serving wrapper: uint8 RGB ``image`` [1, H, W, 3] -> int32 ``classes`` [1, H, W]
-    (and float32 ``logits`` [1, H, W, C] with ``logits=True``), any H and W.
+    (and float32 ``logits`` [1, H, W, C] with ``logits=True``), any H and W: each image
+    padded to the next size ``sizes`` (an ``InferenceConfig``) maps exactly, as eval does.
 
     Example::
 
@@ -20,15 +22,15 @@ class Segmenter(tf.Module):
         served(image=tf.zeros([1, 97, 129, 3], tf.uint8))["classes"]
     """
 
-    def __init__(self, model, logits=False):
+    def __init__(self, model, logits=False, sizes=InferenceConfig()):
         super().__init__()
         self.model = model
-        self.serve = serving_function(model, [1, None, None, 3], logits)
+        self.serve = serving_function(model, [1, None, None, 3], logits, sizes)
 
 
 @register("saved_model", entries=(SAVED_MODEL,))
 def write(model, folder, request):
-    module = Segmenter(model, request.logits)
+    module = Segmenter(model, request.logits, request.sizes)
     tf.saved_model.save(module, os.path.join(folder, SAVED_MODEL),
                         signatures={"serving_default": module.serve})
     return (f"{SAVED_MODEL} (signature serving_default: uint8 {INPUT} [1,H,W,3] -> "

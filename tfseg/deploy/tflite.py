@@ -44,7 +44,8 @@ def convert(model, request):
     Raises:
       InputError: the converter failed (one line naming the format and the op).
     """
-    serve = frozen_function(model, request.input_shape(fixed=True), request.logits)
+    serve = frozen_function(model, request.input_shape(fixed=True), request.logits,
+                            request.sizes)
     converter = tf.lite.TFLiteConverter.from_concrete_functions(
         [serve.get_concrete_function()], tf.Module())
     _quantize(converter, request)

@@ -35,11 +35,35 @@ class InferenceConfig:
     size_multiple: int = 1
     size_plus_one: bool = False
 
-    def pass_size(self, size):
-        """The smallest size >= ``size`` that the model maps exactly (see the class)."""
+    def pass_size(self, size, maximum=max):
+        """The smallest size >= ``size`` that the model maps exactly (see the class).
+        ``size`` may be a scalar tensor (a graph's dynamic shape), with ``tf.maximum``."""
         extra = int(self.size_plus_one)
-        cells = max(-(-(size - extra) // self.size_multiple), 1)
+        # A ceiling by a floor of non-negative numbers: an exported graph's FloorDiv
+        # becomes ONNX's Div, which truncates.
+        cells = maximum((size - extra + self.size_multiple - 1) // self.size_multiple, 1)
         return cells * self.size_multiple + extra
+
+
+def padded_pass(fn, image, config):
+    """``fn(x)[:, :H, :W]``, ``x`` the image [1, H, W, C] padded with 0 at the bottom and
+    right up to ``config.pass_size`` (``InferenceConfig``'s docstring says why). H and W
+    may be unknown until run (an exported graph's dynamic shape): the padding is then
+    computed in the graph.
+
+    Example::
+
+        padded_pass(tf.identity, tf.ones([1, 97, 129, 3]), InferenceConfig(size_multiple=32))
+        # shape [1, 97, 129, 3]; tf.identity saw [1, 128, 160, 3]
+    """
+    height, width, maximum = image.shape[1], image.shape[2], max
+    if height is None or width is None:
+        height, width, maximum = tf.shape(image)[1], tf.shape(image)[2], tf.maximum
+    pad_h = config.pass_size(height, maximum) - height
+    pad_w = config.pass_size(width, maximum) - width
+    if maximum is tf.maximum or pad_h or pad_w:
+        image = tf.pad(image, [[0, 0], [0, pad_h], [0, pad_w], [0, 0]])
+    return fn(image)[:, :height, :width]
 
 
 def _starts(size, window, stride):
@@ -73,12 +97,7 @@ class Predictor:
 
     def _forward(self, image):
         """Probabilities of a normalised image [1, H, W, 3], run at ``pass_size``."""
-        height, width = image.shape[1], image.shape[2]
-        pad_h = self.config.pass_size(height) - height
-        pad_w = self.config.pass_size(width) - width
-        if pad_h or pad_w:
-            image = tf.pad(image, [[0, 0], [0, pad_h], [0, pad_w], [0, 0]])
-        return self._softmax(image)[:, :height, :width]
+        return padded_pass(self._softmax, image, self.config)
 
     def whole(self, image):
         return self._forward(image)
