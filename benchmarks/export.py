@@ -23,7 +23,6 @@ point. Prints a table and one JSON line; the exit status stays 0 (a benchmark on
 shared machine informs, it does not gate).
 """
 
-import argparse
 import json
 import os
 import statistics
@@ -31,9 +30,9 @@ import subprocess
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import numpy as np
 
-import numpy as np  # noqa: E402
+import refusal  # beside this file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAIN = os.path.join(ROOT, "main.py")
@@ -42,7 +41,7 @@ GOALS = {"tflite float16": (0.5, 0.2), "tflite dynamic_int8": (0.3, 1.0)}
 
 
 def parse_args():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = refusal.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out_dir", default="/tmp/tfseg_export_benchmark")
     parser.add_argument("--train_steps", type=int, default=300)
     parser.add_argument("--runs", type=int, default=20)
@@ -144,6 +143,7 @@ def size_of(path):
 def main():
     args = parse_args()
     size = tuple(int(v) for v in args.size.split(","))
+    refusal.quiet_tensorflow()
     data_dir, model_dir, export_dir = prepare(args, size)
 
     import tensorflow as tf

@@ -26,7 +26,6 @@ figure on a GTX 1080 Ti (another card). Rounds stop before --max_minutes. Withou
 (and without --cpu) it exits 2 with one line.
 """
 
-import argparse
 import datetime
 import json
 import os
@@ -35,6 +34,7 @@ import sys
 import time
 
 import gpu_table  # beside this file
+import refusal  # beside this file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -238,7 +238,7 @@ def combine(runs):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = refusal.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu", action="store_true",
                         help="dry run: every piece at tiny shapes on the CPU")
     parser.add_argument("--repeats", type=int, default=2, help="interleaved rounds")
@@ -259,10 +259,10 @@ def main(argv=None):
     args.timed_steps = args.timed_steps or (1 if args.cpu else 5)
     if args.cpu:
         os.environ["CUDA_VISIBLE_DEVICES"] = "-1"  # the dry run is the CPU's, GPU or not
-    elif card() is None:
-        print("benchmarks/gpu.py: no GPU here (TensorFlow sees none); --cpu runs every "
-              "piece at tiny shapes on the CPU", file=sys.stderr)
-        return 2
+    device_line = refusal.quiet_tensorflow()
+    if not args.cpu and card() is None:
+        refusal.refuse(f"no GPU here, {device_line}; --cpu runs every piece at tiny shapes "
+                       f"on the CPU")
     summary = run(args)
     print(gpu_table.markdown(summary))
     print(json.dumps(summary))

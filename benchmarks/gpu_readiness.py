@@ -19,15 +19,15 @@ units: the op kinds and the label-sized tensors are those of the full network. P
 JSON line last. Without a CUDA build of TensorFlow it exits 2 with one line.
 """
 
-import argparse
 import collections
 import json
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+import refusal  # noqa: E402  (beside this file)
 
 # name -> StepConfig changes (flag names) from the 513x513 b2, 19-class stock step.
 CONFIGS = {
@@ -146,17 +146,17 @@ def check(name, changes, large):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = refusal.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=list(CONFIGS))
     parser.add_argument("--large", type=int, default=16384,
                         help="elements from which a host-memory tensor is reported")
     args = parser.parse_args(argv)
+    refusal.quiet_tensorflow()
     import tensorflow as tf
 
     if not tf.sysconfig.get_build_info().get("is_cuda_build"):
-        print("benchmarks/gpu_readiness.py: needs the full tensorflow wheel (a CUDA build: "
-              "its GPU kernel registry); this is a CPU-only build", file=sys.stderr)
-        return 2
+        refusal.refuse("needs the full tensorflow wheel (a CUDA build: its GPU kernel "
+                       "registry); this is a CPU-only build")
     results = {}
     for name in args.configs:
         walked, missing, host = check(name, CONFIGS[name], args.large)

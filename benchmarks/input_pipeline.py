@@ -26,7 +26,6 @@ against the medians and marked met/MISSED in the table and the JSON line
 not gate).
 """
 
-import argparse
 import gc
 import itertools
 import json
@@ -34,7 +33,9 @@ import os
 import tempfile
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import refusal  # beside this file
+
+refusal.quiet_tensorflow()
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -137,7 +138,7 @@ def decode_only(source):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = refusal.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num_images", type=int, default=16)
     parser.add_argument("--out_dir", default=None,
                         help="data folder (default: a temp folder per --num_images)")

@@ -34,18 +34,21 @@ peak over base: everything the allocator holds at the step's peak): memory savin
 mixed_bfloat16.
 """
 
-import argparse
 import json
 import sys
 
-from tfseg.budget.choose import choose
-from tfseg.config import MEMORY_ANCHORS, Optim
-from tfseg.config.budget import GB as GIB
-from tfseg.errors import InputError
-from tfseg.models.xception import DEFAULT_RECOMPUTE
-from tfseg.profile.anchors import anchor_step
-from tfseg.profile.measure import combine, measure, measure_repeats
-from tfseg.profile.step import StepConfig
+import refusal  # beside this file
+
+refusal.quiet_tensorflow()  # before the imports below, which import TensorFlow
+
+from tfseg.budget.choose import choose  # noqa: E402
+from tfseg.config import MEMORY_ANCHORS, Optim  # noqa: E402
+from tfseg.config.budget import GB as GIB  # noqa: E402
+from tfseg.errors import InputError  # noqa: E402
+from tfseg.models.xception import DEFAULT_RECOMPUTE  # noqa: E402
+from tfseg.profile.anchors import anchor_step  # noqa: E402
+from tfseg.profile.measure import combine, measure, measure_repeats  # noqa: E402
+from tfseg.profile.step import StepConfig  # noqa: E402
 
 # (peak over base, step time), each as a ratio to stock's: issue 14's goals.
 TARGETS = {"memory_saving": (0.35, 1.03), "recompute": (0.20, 1.35)}
@@ -172,7 +175,7 @@ def research_recipe(args, budget_gib=16):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = refusal.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--full_resolution", action="store_true", help="1024x2048, batch 1")
     parser.add_argument("--research_recipe", action="store_true",
                         help="plan crop 769, batch 16 for a 16 GiB card (static estimates)")

@@ -21,11 +21,12 @@ printed too. Run with TF_ENABLE_ONEDNN_OPTS=1 (set here for the children): only 
 allocator keeps statistics on the CPU.
 """
 
-import argparse
 import json
 import os
 import subprocess
 import sys
+
+import refusal  # beside this file
 
 VARIANTS = ("stock", "chunked", "split", "model")
 MIB = 2**20
@@ -36,6 +37,7 @@ def child(variant, args):
     import gc
     import time
 
+    refusal.quiet_tensorflow()  # a failure's stderr, shown by the parent, holds no start-up lines
     import tensorflow as tf
 
     cpu = tf.config.list_physical_devices("CPU")[0]
@@ -102,7 +104,7 @@ def measure(variant, args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = refusal.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--classes", type=int, default=1000)
     parser.add_argument("--size", type=int, default=513)
     parser.add_argument("--batch", type=int, default=2)

@@ -1,36 +1,72 @@
-"""A one-line error is the only line: TensorFlow's start-up lines are kept out of it."""
+"""Quiet, not deaf: TensorFlow's start-up lines are kept out, its warnings and errors reach
+stderr one line each, and the command names the device it runs on.
+
+The processes run in the user's environment: without the TF_CPP_MIN_LOG_LEVEL and
+TF_ENABLE_ONEDNN_OPTS that the suite sets for itself, where the start-up lines would
+appear."""
 
 import os
 import subprocess
 import sys
 
+import tensorflow as tf
+
 from tests import command
+from tfseg.cli import quiet
+from tfseg.runtime import device
+
+# What TensorFlow writes on start-up, in every environment or with oneDNN on (the default).
+START_UP = ("absl::InitializeLog", "oneDNN custom operations", "cpu_feature_guard",
+            "This TensorFlow binary is optimized")
+# A C++ LOG(WARNING) the CPU gives: an iterator of a cached dataset that stops early.
+CACHE_WARNING = "The calling iterator did not fully read the dataset being cached"
 
 
 def _env(**extra):
-    """The user's environment: no TF_CPP_MIN_LOG_LEVEL (the suite sets one for itself)."""
-    env = {k: v for k, v in command.main_env().items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    """The user's environment: the suite's TensorFlow log and oneDNN settings removed."""
+    env = {k: v for k, v in command.main_env().items()
+           if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS")}
     return dict(env, **extra)
 
 
-def test_an_error_after_tensorflow_is_imported_is_the_only_line_on_stderr(tmp_path):
-    proc = subprocess.run([sys.executable, command.MAIN, "--mode=eval",
-                           f"--model_dir={tmp_path}"], capture_output=True, text=True,
-                          env=_env(), cwd=tmp_path, timeout=120)
-    assert proc.returncode == 2
-    assert proc.stderr.splitlines() == [
-        f"tfseg: error: --model_dir: no checkpoint in {tmp_path}; train first"], proc.stderr
-    assert proc.stdout == ""
+def test_the_command_names_its_device_keeps_warnings_and_drops_start_up_lines(tmp_path):
+    """``tfseg --mode=eval`` whose mode first makes TensorFlow's C++ code log a warning,
+    then runs the real evaluation, which refuses (no checkpoint)."""
+    script = f"""
+import sys
+from tfseg.cli import main, modes
+
+def eval_after_a_warning(config):
+    import tensorflow as tf
+    iterator = iter(tf.data.Dataset.range(4).cache())
+    next(iterator)
+    del iterator  # the warning: the cache was not filled
+    modes.run_eval(config)
+
+modes.MODES["eval"] = eval_after_a_warning
+sys.argv = ["tfseg", "--mode=eval", "--model_dir={tmp_path}"]
+main.run()
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=_env(), cwd=tmp_path, timeout=180)
+    assert proc.returncode == 2, proc.stderr
+    assert not [word for word in START_UP if word in proc.stderr], proc.stderr
+    assert proc.stdout.splitlines() == [device.describe()], proc.stdout
+    warning, error = proc.stderr.splitlines()
+    assert CACHE_WARNING in warning and warning.startswith("W"), proc.stderr
+    assert error == f"tfseg: error: --model_dir: no checkpoint in {tmp_path}; train first"
 
 
 def test_verbose_keeps_tensorflows_lines(tmp_path):
-    code = ("import sys; from tfseg.cli import quiet; quiet.import_tensorflow(verbose=True); "
+    code = ("import sys; from tfseg.cli import quiet; "
+            "print(quiet.import_tensorflow(verbose=True)); "
             "import tensorflow as tf; tf.zeros(1)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr
     # The lines the quiet import drops: shown when asked for (the test of the test).
-    assert "oneDNN" in proc.stderr or "absl::InitializeLog" in proc.stderr, proc.stderr
+    assert all(word in proc.stderr for word in START_UP), proc.stderr
+    assert proc.stdout.startswith("device: "), proc.stdout
 
 
 def test_a_failed_import_shows_what_was_captured(tmp_path):
@@ -43,3 +79,62 @@ def test_a_failed_import_shows_what_was_captured(tmp_path):
                           timeout=120)
     assert proc.returncode == 1
     assert "broken install: libfoo.so missing" in proc.stderr and "ImportError" in proc.stderr
+
+
+# What a CUDA build of TensorFlow 2.x writes where its GPU libraries are broken, around
+# tensorflow-cpu's own start-up lines (each library logs them once: twice in all).
+CAPTURED = """\
+WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+I0000 00:00:1795832462.963702   11212 port.cc:153] oneDNN custom operations are on.
+I0000 00:00:1795832463.120263   11212 cpu_feature_guard.cc:227] This TensorFlow binary is\
+ optimized to use available CPU instructions in performance-critical operations.
+To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow.
+I0000 00:00:1795832463.2   11212 cudart_stub.cc:31] Could not find cuda drivers on your\
+ machine, GPU will not be used.
+WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+I0000 00:00:1795832481.264642   11212 port.cc:153] oneDNN custom operations are on.
+E0000 00:00:1795832481.9   11212 cuda_fft.cc:467] Unable to register cuFFT factory
+E0000 00:00:1795832482.1   11212 cuda_fft.cc:467] Unable to register cuFFT factory
+W0000 00:00:1795832483.5   11212 gpu_device.cc:2344] Cannot dlopen some GPU libraries.
+Skipping registering GPU devices...
+/site-packages/keras/x.py:3: UserWarning: a warning of Python's own
+"""
+
+
+def test_sort_drops_info_records_and_repeats_and_keeps_each_warning_as_one_line():
+    lines, gpu_notes = quiet.sort(CAPTURED)
+    assert [line for line, _ in lines] == [
+        "E0000 00:00:1795832481.9   11212 cuda_fft.cc:467] Unable to register cuFFT factory",
+        "W0000 00:00:1795832483.5   11212 gpu_device.cc:2344] Cannot dlopen some GPU "
+        "libraries. Skipping registering GPU devices...",
+        "/site-packages/keras/x.py:3: UserWarning: a warning of Python's own"]
+    assert [about_gpus for _, about_gpus in lines] == [False, True, False]
+    # What explains finding no GPU, the INFO record included, for the device line.
+    assert gpu_notes == [
+        "Could not find cuda drivers on your machine, GPU will not be used.",
+        "Cannot dlopen some GPU libraries. Skipping registering GPU devices..."]
+
+
+def test_the_device_line_names_the_device_and_why_there_is_no_gpu():
+    line = device.describe()
+    if tf.config.get_visible_devices("GPU"):
+        details = tf.config.experimental.get_device_details(tf.config.get_visible_devices("GPU")[0])
+        assert line.startswith(f"device: GPU:0 ({details['device_name']})"), line
+    elif not tf.test.is_built_with_cuda():
+        assert line == ("device: CPU (TensorFlow sees no GPU: this TensorFlow build has no "
+                        "CUDA (the gpu extra has one: pip install 'tfseg[gpu]'))")
+    # On a CUDA build: what TensorFlow logged, then the environment's hiding of GPUs.
+    logged = ["failed call to cuInit: CUDA_ERROR_NO_DEVICE", "Cannot dlopen some GPU libraries."]
+    assert device.no_gpu_reason(True, 0, logged, environ={}) == "; ".join(logged)
+    assert device.no_gpu_reason(True, 0, logged, environ={"CUDA_VISIBLE_DEVICES": "-1"}) == \
+        "CUDA_VISIBLE_DEVICES='-1'"
+    assert device.no_gpu_reason(True, 2, (), environ={}) == \
+        "2 hidden by tf.config.set_visible_devices"
+    assert device.no_gpu_reason(True, 0, (), environ={}) is None
+
+
+def test_an_imported_tensorflow_is_only_described(capfd):
+    """In a process that has TensorFlow (the in-process command of the tests, a notebook),
+    the import writes nothing and still returns the device line."""
+    assert quiet.import_tensorflow() == device.describe()
+    assert capfd.readouterr() == ("", "")

@@ -1,42 +1,136 @@
-"""TensorFlow imported without its start-up lines, unless ``--verbose``.
+"""TensorFlow imported without its start-up lines, its warnings and errors kept, and the
+device it runs on named in one line.
 
 TensorFlow's C++ libraries log on load ("All log messages before absl::InitializeLog()
-…", "oneDNN custom operations are on …"). ``TF_CPP_MIN_LOG_LEVEL`` silences them only
-when it is set before the process starts (the libraries read it once absl's logging is
-up), so the import runs with file descriptor 2 sent to a temporary file, which is
-shown only if the import fails: a one-line error stays the only line.
+…", "oneDNN custom operations are on …", "This TensorFlow binary is optimized …"): INFO
+lines, written before ``TF_CPP_MIN_LOG_LEVEL`` is read, so no level hides them, and
+twice (two libraries hold the same code). So the import runs with file descriptor 2 sent
+to a temporary file, which is then sorted (``sort``): INFO records are dropped, each
+WARNING, ERROR or FATAL record is written once, as one line, and any other text as it
+came; all of it when the import fails (it explains a broken install). For the rest of
+the run ``TF_CPP_MIN_LOG_LEVEL`` is 1 unless the user set it: INFO lines stay hidden,
+warnings and errors reach stderr as TensorFlow writes them.
+
+The device query runs captured too: where TensorFlow finds no GPU, what it said about
+GPUs (a CUDA library it could not load, cuInit's error) becomes the device line's reason
+instead of lines of its own. ``verbose`` shows every line as TensorFlow writes it.
 
 Example:
     from tfseg.cli import quiet
-    quiet.import_tensorflow(verbose=False)
+    print(quiet.import_tensorflow())   # "device: CPU (TensorFlow sees no GPU: ...)"
 """
 
+import contextlib
 import os
+import re
 import sys
 import tempfile
 
+# A log record's first line: absl's ("W0000 00:00:1795.5  5851 file.cc:12] text") or the
+# older TensorFlow one ("2024-01-01 12:00:00.000001: W file.cc:12] text").
+_RECORD = re.compile(r"(?:(?P<a>[IWEF])\d{4} [\d:.]+\s+\d+ |"
+                     r"\d{4}-\d\d-\d\d [\d:.]+: (?P<b>[IWEF]) )(?P<where>\S+:\d+)\] (?P<text>.*)")
+# Python's own warnings ("x.py:3: UserWarning: ...") start text of their own, not a
+# continuation of the record before them.
+_PYTHON_WARNING = re.compile(r"\S+:\d+: \w*Warning: ")
+# absl's notice that it is not initialised yet: a start-up line.
+_ABSL_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called"
+# What an INFO record about GPUs says that explains finding none ("Could not find cuda
+# drivers on your machine"): kept for the device line.
+_ABOUT_GPUS = re.compile(r"cuda|gpu|cuinit|dlopen|libcu|nvidia", re.IGNORECASE)
 
-def import_tensorflow(verbose=False):
-    """Imports TensorFlow (and Keras); what its libraries print on load is dropped unless
-    ``verbose`` or the import fails. A no-op once TensorFlow is imported."""
-    if verbose or "tensorflow" in sys.modules:
-        import keras  # noqa: F401  (imports TensorFlow, its backend)
-        return
-    # TensorFlow's INFO and WARNING lines after the import too (absl's Python logging,
-    # which tfseg's messages do not use, keeps its own level).
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+def sort(text):
+    """What a captured stretch of TensorFlow's stderr shows the user.
+
+    Args:
+      text: the captured text.
+
+    Returns:
+      (lines, gpu_notes): ``lines`` are (line, about_gpus) for each WARNING, ERROR or
+      FATAL record, as one line (its continuation lines joined by a space) and once, and
+      for the text that is no record, in order; ``gpu_notes`` the messages of the records
+      about GPUs, INFO ones included.
+
+    Example:
+      sort("I0000 00:00:1.0  7 port.cc:153] oneDNN custom operations are on.\n")
+      # ([], [])
+    """
+    chunks = []  # [level or None, first line, [continuation lines], message]
+    for line in text.splitlines():
+        match = _RECORD.match(line)
+        if match:
+            chunks.append([match["a"] or match["b"], line, [], match["text"]])
+        elif line.startswith(_ABSL_NOTICE) or not line.strip():
+            continue
+        elif chunks and chunks[-1][0] and not _PYTHON_WARNING.match(line):
+            chunks[-1][2].append(line.strip())
+        else:
+            chunks.append([None, line, [], line])
+    lines, seen, gpu_notes = [], set(), []
+    for level, first, more, message in chunks:
+        message = " ".join([message, *more])
+        about_gpus = bool(level and _ABOUT_GPUS.search(message))
+        if about_gpus and message not in gpu_notes:
+            gpu_notes.append(message)
+        # The same record from another library, or again: its time stamp differs.
+        key = (level, _RECORD.match(first)["where"], message) if level else first
+        if level == "I" or (level and key in seen):
+            continue
+        seen.add(key)
+        lines.append((" ".join([first, *more]), about_gpus))
+    return lines, gpu_notes
+
+
+@contextlib.contextmanager
+def _captured():
+    """File descriptor 2 into a temporary file while in the block; yields a list that
+    holds the text once the block ends. On an exception all of it is shown first."""
+    caught = []
     sys.stderr.flush()
     with tempfile.TemporaryFile() as sink:
         saved = os.dup(2)
         os.dup2(sink.fileno(), 2)
         try:
-            import keras  # noqa: F401  (imports TensorFlow, its backend)
-            import tensorflow  # noqa: F401
+            yield caught
         except BaseException:
             os.dup2(saved, 2)
             sink.seek(0)
             sys.stderr.write(sink.read().decode(errors="replace"))
             raise
         finally:
+            sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
+        sink.seek(0)
+        caught.append(sink.read().decode(errors="replace"))
+
+
+def import_tensorflow(verbose=False):
+    """Imports TensorFlow (and Keras): its start-up lines dropped unless ``verbose``, its
+    warnings and errors one line each. Idempotent: once imported, it only describes.
+
+    Returns:
+      The device line (``tfseg.runtime.device.describe``), e.g. "device: GPU:0 (NVIDIA
+      H100 80GB HBM3)"; the caller prints it.
+    """
+    if verbose:
+        import keras  # noqa: F401  (imports TensorFlow, its backend)
+
+        from tfseg.runtime import device
+        return device.describe()
+    # Read when TensorFlow's libraries load: from then on INFO lines are not written.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    with _captured() as caught:
+        import keras  # noqa: F401  (imports TensorFlow, its backend)
+        import tensorflow  # noqa: F401
+
+        from tfseg.runtime import device
+        gpus = device.name() != "CPU:0"  # looking for GPUs logs what it finds wrong
+    lines, gpu_notes = sort(caught[0])
+    # Without a GPU, what TensorFlow said about GPUs is the device line's reason instead.
+    shown = [line for line, about_gpus in lines if gpus or not about_gpus]
+    if shown:
+        sys.stderr.write("".join(f"{line}\n" for line in shown))
+        sys.stderr.flush()
+    return device.describe(() if gpus else gpu_notes)

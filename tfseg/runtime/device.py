@@ -2,7 +2,9 @@
 
 ``name()`` is "GPU:0" when TensorFlow sees a GPU, else "CPU:0": the report, the profiler,
 the budget's verification, the loop's peak logging, the benchmarks and the tests read
-the allocator statistics (``memory_info``, ``reset_peak``) of that device.
+the allocator statistics (``memory_info``, ``reset_peak``) of that device. ``describe()``
+is the line the command prints about it: a CPU run says why TensorFlow sees no GPU, so
+that a broken CUDA install does not train slowly on the CPU unnoticed.
 
 ``overhead(setting_gb)`` is the device overhead: the memory a GPU process holds outside
 TF's allocator (CUDA context, cuDNN/cuBLAS handles and workspaces), which a memory
@@ -19,6 +21,7 @@ TensorFlow is imported inside the functions: the profiler's parent process, whic
 Example:
     from tfseg.runtime import device
     device.name()                 # "CPU:0" here
+    device.describe()             # "device: CPU (TensorFlow sees no GPU: this TensorFlow ...)"
     device.overhead(-1).bytes     # 0 on the CPU
     device.overhead(0.5).source   # "--device_overhead_gb"
 """
@@ -45,6 +48,56 @@ def name():
     import tensorflow as tf
 
     return "GPU:0" if tf.config.get_visible_devices("GPU") else "CPU:0"
+
+
+def describe(logged=()):
+    """One line naming the device TensorFlow runs on.
+
+    Args:
+      logged: what TensorFlow logged while it looked for GPUs (warnings such as "Cannot
+        dlopen some GPU libraries", one string each): the reason on a CUDA build that
+        finds none. ``tfseg.cli.quiet`` collects them.
+
+    Returns:
+      "device: GPU:0 (NVIDIA H100 80GB HBM3)" (", and N more GPUs" where there are more),
+      or "device: CPU (TensorFlow sees no GPU: REASON)".
+
+    Lists the physical devices only (no CUDA context starts: memory growth can still be set).
+    """
+    import tensorflow as tf
+
+    gpus = tf.config.get_visible_devices("GPU")
+    if not gpus:
+        reason = no_gpu_reason(tf.test.is_built_with_cuda(),
+                               len(tf.config.list_physical_devices("GPU")), logged)
+        return f"device: CPU (TensorFlow sees no GPU{': ' + reason if reason else ''})"
+    card = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "a GPU")
+    more = f", and {len(gpus) - 1} more GPU{'s' * (len(gpus) > 2)}" if len(gpus) > 1 else ""
+    return f"device: GPU:0 ({card}){more}"
+
+
+def no_gpu_reason(cuda_build, physical_gpus, logged=(), environ=None):
+    """Why TensorFlow sees no GPU, as far as can be told, or None.
+
+    Args:
+      cuda_build: ``tf.test.is_built_with_cuda()``.
+      physical_gpus: how many GPUs ``tf.config.list_physical_devices`` gives.
+      logged: TensorFlow's messages while it looked for them (see ``describe``).
+      environ: the environment (``os.environ`` when None).
+
+    Example:
+      no_gpu_reason(True, 0, ["failed call to cuInit: CUDA_ERROR_NO_DEVICE"])
+      # "failed call to cuInit: CUDA_ERROR_NO_DEVICE"
+    """
+    environ = os.environ if environ is None else environ
+    if not cuda_build:
+        return "this TensorFlow build has no CUDA (the gpu extra has one: pip install 'tfseg[gpu]')"
+    if physical_gpus:
+        return f"{physical_gpus} hidden by tf.config.set_visible_devices"
+    hidden = environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None and hidden.strip() in ("", "-1"):
+        return f"CUDA_VISIBLE_DEVICES={hidden!r}"
+    return "; ".join(dict.fromkeys(logged)) or None
 
 
 def memory_info():
