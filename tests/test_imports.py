@@ -10,18 +10,18 @@ import pytest
 import tfseg
 
 ROOT = pathlib.Path(tfseg.__file__).parent
-# Lowest first: each package may import only the ones before it. `errors`, `config` and `io`
-# import no TensorFlow; `runtime` is what training and evaluation share.
-ORDER = ("errors", "config", "io", "layers", "memory", "models", "data", "split", "runtime",
-         "evaluation", "deploy", "training", "profile", "budget", "report", "api", "cli")
+# Lowest first: each package may import only the ones before it. `errors`, `config`,
+# `recipes` and `io` import no TensorFlow; `runtime` is what training and evaluation share.
+ORDER = ("errors", "config", "recipes", "io", "layers", "memory", "models", "data", "split",
+         "runtime", "evaluation", "deploy", "training", "profile", "budget", "report", "api", "cli")
 # Imports inside functions, where they are the point: the profiler's measuring process
 # imports TensorFlow only once it runs (its parent may not have it loaded); tfseg.training
 # loads its loss on first use, so that the command's lock (tfseg.training.lock) costs no
 # TensorFlow; the Python API and the command import a mode's part when it runs, so that
-# `import tfseg` and --mode=validate import no TensorFlow; the rewrite's registry of
-# known blocks loads keras-hub's entries only once keras-hub is loaded.
+# `import tfseg` and --mode=validate import no TensorFlow; tfseg.memory's post-import
+# hook on keras-hub loads keras-hub's entries only once keras-hub is loaded.
 LOCAL_OK = {"profile/child.py", "training/__init__.py", "api.py", "cli/modes.py",
-            "cli/main.py", "cli/quiet.py", "memory/blocks.py"}
+            "cli/main.py", "cli/quiet.py", "memory/__init__.py"}
 
 
 def tfseg_imports(path):

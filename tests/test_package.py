@@ -1,6 +1,10 @@
 """``import tfseg``: instant, no TensorFlow, the front-door names, and enough to load a
-``model.keras`` that tfseg wrote (in a fresh process, as a user's script would)."""
+``model.keras`` that tfseg wrote (in a fresh process, as a user's script would); an install
+outside the checkout carries the recipes."""
 
+import json
+import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -8,6 +12,7 @@ import numpy as np
 
 import tfseg
 from tests import command
+from tfseg import recipes
 
 
 def _python(code, timeout=120):
@@ -50,3 +55,45 @@ def test_a_saved_model_keras_loads_after_import_tfseg_alone(tmp_path):
         f"print(float(np.abs(got - np.load({str(tmp_path / 'logits.npy')!r})).max()))\n")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert float(proc.stdout.split()[-1]) < 1e-5, proc.stdout
+
+
+def test_an_install_outside_the_checkout_has_the_recipes(tmp_path):
+    """A non-editable install (a wheel built from a copy of the source, no network, no
+    dependencies: the venv's) runs --recipe from another folder: the recipes are package
+    data, not the checkout's flags/."""
+    root = pathlib.Path(command.ROOT)
+    source, site, elsewhere = tmp_path / "source", tmp_path / "site", tmp_path / "elsewhere"
+    # A copy: the build writes build/ and *.egg-info beside the sources.
+    shutil.copytree(root / "tfseg", source / "tfseg", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("setup.cfg", "pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(root / name, source)
+    # No network: no index, the venv's setuptools (no isolated build), no version check.
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                          "--no-index", "--no-build-isolation", "--disable-pip-version-check",
+                          "--target", str(site), str(source)],
+                         capture_output=True, text=True, timeout=300)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    elsewhere.mkdir()
+    env = dict(command.main_env(), PYTHONPATH=str(site))
+
+    def run(argv):
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=elsewhere,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout
+
+    # The console script the install wrote, as a user runs it.
+    config = json.loads(run([str(site / "bin" / "tfseg"), "--mode=validate",
+                             "--recipe=voc_xception65_os16", "--batch_size=2"]))
+    assert config["data"]["dataset"] == "voc" and config["data"]["crop_size"] == [513, 513]
+    assert config["optim"]["learning_rate"] == 0.007 and config["data"]["batch_size"] == 2
+    # Its entry point again, printing as it exits which tfseg it ran and whether
+    # TensorFlow was imported.
+    *lines, end = run([sys.executable, "-c", (
+        "import atexit, sys, tfseg\n"
+        "atexit.register(lambda: print(tfseg.__file__, 'tensorflow' in sys.modules))\n"
+        "sys.argv = ['tfseg', '--mode=recipes']\n"
+        "from tfseg.cli.main import run\n"
+        "run()\n")]).splitlines()
+    assert end == f"{site / 'tfseg' / '__init__.py'} False", end
+    assert [line.split()[0] for line in lines] == recipes.names()  # every recipe is in the wheel

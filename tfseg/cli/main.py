@@ -8,7 +8,7 @@ on stderr and exit code 2; a loss that stops being finite is exit code 3.
 Example:
     tfseg                                  # train the synthetic default, then evaluate it
     tfseg --mode=eval --model_dir=runs/synthetic
-    tfseg --flagfile=flags/cityscapes_xception65_os16_fullres.flags
+    tfseg --recipe=cityscapes_xception65_os16_fullres    # = --flagfile=flags/....flags
 """
 
 import gc
@@ -19,6 +19,7 @@ import sys
 from absl import app, flags
 
 # None of these imports TensorFlow: --mode=validate and --help run without it.
+from tfseg import recipes
 from tfseg.cli import modes, quiet, usage
 from tfseg.config import Config, flag_table
 from tfseg.config.names import BUILTIN_BACKBONE
@@ -50,9 +51,10 @@ FLAGS = flags.FLAGS
 def config_from_flags():
     """The one place where flags become a ``Config``."""
     config = Config.from_flags({name: FLAGS[name].value for name in flag_table()})
-    if config.run.mode != "validate":
-        quiet.import_tensorflow(FLAGS.verbose)
-    if config.run.init_checkpoint and config.run.mode not in ("validate", "convert"):
+    if config.run.mode not in modes.NO_TENSORFLOW:
+        # The device, named once: a broken CUDA install would train on the CPU unnoticed.
+        print(quiet.import_tensorflow(FLAGS.verbose), flush=True)
+    if config.run.init_checkpoint and config.run.mode not in (*modes.NO_TENSORFLOW, "convert"):
         from tfseg.runtime import init
 
         # Before adapt, which would take the checkpoint's Xception-65 settings.
@@ -80,14 +82,14 @@ def usage_error(message):
 
 
 def parse_flags(argv):
-    """absl parsing, but --help is the grouped help (exit 0) and a bad flag is one line
-    on stderr and exit code 2."""
+    """absl parsing, but --help is the grouped help (exit 0), --recipe=NAME reads a
+    recipe as --flagfile would, and a bad flag is one line on stderr and exit code 2."""
     if any(arg.split("=")[0] in HELP for arg in argv[1:]):
         sys.stdout.write(usage.text())
         sys.exit(0)
     try:
-        return FLAGS(argv)
-    except flags.Error as error:
+        return FLAGS(recipes.expand(argv, FLAGS.read_flags_from_files))
+    except (flags.Error, InputError) as error:
         usage_error(error)
 
 

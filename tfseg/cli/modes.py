@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from tfseg import api
+from tfseg import api, recipes
 from tfseg.config.names import BUILTIN_BACKBONE, RECOMPUTE_HEAD
 from tfseg.runtime.signals import StopRequest
 
@@ -24,6 +24,8 @@ from tfseg.runtime.signals import StopRequest
 STOP = StopRequest()
 # The modes that honour STOP between steps; the others end at once on a signal, as usual.
 STOPPABLE = ("train_and_eval", "train", "eval", "report")
+# The modes that run without TensorFlow (the command imports it for the others).
+NO_TENSORFLOW = ("validate", "recipes")
 MODES = {}
 
 
@@ -168,3 +170,9 @@ def run_convert(config):
 def run_validate(config):
     """Prints the config that the flags (and flagfiles) make; no TensorFlow."""
     print(config.to_json())
+
+
+@mode("recipes")
+def run_recipes(config):
+    """Lists the recipes (``--recipe=NAME``), one line each; no TensorFlow."""
+    print(recipes.table())

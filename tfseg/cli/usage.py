@@ -27,13 +27,15 @@ MODE_HELP = {
     "report": "training memory of stock vs memory-saving vs recompute, side by side",
     "convert": "the train and eval splits as sharded TFRecords",
     "validate": "print the config these flags make, without TensorFlow",
+    "recipes": "list the recipes (--recipe=NAME), one line each, without TensorFlow",
 }
 HEAD = """\
-usage: tfseg [--flagfile=FILE] [--mode=MODE] [--flag=value ...]
+usage: tfseg [--recipe=NAME | --flagfile=FILE] [--mode=MODE] [--flag=value ...]
 
 Train, evaluate, predict with and export DeepLabv3+ segmentation models, with
 memory-saving training for one GPU. Flags may come from a file (--flagfile, one
---flag=value a line; flags/*.flags are the recipes); a flag given after it wins.
+--flag=value a line) or a recipe shipped with tfseg (--recipe=NAME; --mode=recipes
+lists them); a flag given after either wins.
 Booleans take --name / --noname; lists are comma-separated (--crop_size=513,513).
 Every flag, with more detail: docs/cli.md. Exit codes: 0 done, 2 bad input
 (one line naming the flag or file), 3 the loss stopped being finite.
@@ -67,6 +69,8 @@ def text():
             help_ = field.metadata["help"].replace("``", "")
             lines.append(_entry(f"--{flag}", f"{help_} (default: {default_text(defaults[flag])})",
                                 width))
-    lines += ["", "  --verbose               also print TensorFlow's start-up and INFO lines",
+    lines += ["",
+              "  --recipe=NAME           read a recipe's flags here (--mode=recipes lists them)",
+              "  --verbose               also print TensorFlow's start-up and INFO lines",
               "  --help, -h              this help"]
     return "\n".join(lines) + "\n"

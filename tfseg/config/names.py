@@ -10,7 +10,7 @@ from tfseg.config.registry import APPLICATIONS, BUILTIN_BACKBONE, DATASETS  # no
 from tfseg.errors import InputError
 
 MODES = ("train_and_eval", "train", "eval", "predict", "export", "report", "convert",
-         "validate")
+         "validate", "recipes")
 NORMS = ("batch", "sync_batch", "group")
 # The settings (flag names) that decide which variables a model has, or (head_epsilon,
 # resize) what the same variables compute: a checkpoint's config.json gives them.

@@ -1,0 +1,99 @@
+"""The recipes: one flagfile per tested configuration (``NAME.flags`` in this folder), shipped
+with the package, so that an installed ``tfseg`` has them too; ``flags/`` in a checkout is
+a link to this folder.
+
+A recipe is a flagfile: a first comment line that says what it is (``--mode=recipes``
+lists it), comments on how to run it and what to expect, then one ``--flag=value`` a line.
+``tfseg --recipe=NAME`` reads it where ``--recipe`` stands, as ``--flagfile=`` would, so a
+flag given after it wins; ``--recipe=NAME`` may also stand in a flagfile (one recipe
+starting from another, or a user's file from a recipe). No TensorFlow.
+
+Example:
+    from tfseg import recipes
+    print(recipes.names())               # ['camvid', 'cityscapes_xception65_os16_crop769', ...]
+    print(recipes.path("camvid"))        # .../tfseg/recipes/camvid.flags
+    print(recipes.expand(["prog", "--recipe=camvid", "--batch_size=2"], lambda a: a))
+    # ['prog', '--flagfile=.../tfseg/recipes/camvid.flags', '--batch_size=2']
+"""
+
+import os
+
+from tfseg.config.names import one_of
+from tfseg.errors import InputError
+
+FOLDER = os.path.dirname(os.path.abspath(__file__))
+SUFFIX = ".flags"
+FLAG = "--recipe"
+# Recipes read from recipes, deeper than this: one that includes itself.
+MAX_DEPTH = 8
+
+
+def names():
+    """The recipes' names (their files' names without ``.flags``), sorted."""
+    return sorted(f[:-len(SUFFIX)] for f in os.listdir(FOLDER) if f.endswith(SUFFIX))
+
+
+def path(name):
+    """The flagfile of recipe ``name``.
+
+    Raises:
+      InputError: "--recipe: must be one of camvid, ..., got 'x' (did you mean ...?)",
+        one line.
+    """
+    one_of(name, names(), FLAG[2:])
+    return os.path.join(FOLDER, name + SUFFIX)
+
+
+def description(name):
+    """The first line of recipe ``name``'s leading comment, without the ``#``."""
+    with open(path(name)) as f:
+        first = f.readline()
+    return first.lstrip("#").strip() if first.startswith("#") else ""
+
+
+def table():
+    """One line per recipe: its name, padded, then its description (``--mode=recipes``)."""
+    width = max(map(len, names())) + 2
+    return "\n".join(f"{name:<{width}}{description(name)}" for name in names())
+
+
+def _as_flagfiles(args):
+    """``args`` with each ``--recipe=NAME`` (or ``--recipe NAME``) as ``--flagfile=PATH``;
+    whether there was one."""
+    out, found, rest = [], False, list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == FLAG:
+            if not rest:
+                raise InputError(f"{FLAG}: needs a name ({FLAG}=NAME): one of "
+                                 f"{', '.join(names())}")
+            arg = f"{FLAG}={rest.pop(0)}"
+        if arg.startswith(FLAG + "="):
+            out.append(f"--flagfile={path(arg[len(FLAG) + 1:].strip())}")
+            found = True
+        else:
+            out.append(arg)
+    return out, found
+
+
+def expand(argv, read_flagfiles):
+    """``argv`` (program name first) with each ``--recipe=NAME`` replaced by its recipe's
+    flags, in its place, in flagfiles too.
+
+    Args:
+      argv: the command line, ``sys.argv``'s form.
+      read_flagfiles: absl's ``FLAGS.read_flags_from_files``: the arguments (without the
+        program name) with each ``--flagfile=`` replaced by its file's flags.
+
+    Raises:
+      InputError: an unknown recipe (one line listing the recipes), or recipes that
+        include each other.
+    """
+    args, _ = _as_flagfiles(argv[1:])
+    for _ in range(MAX_DEPTH):
+        # A --recipe read from a file (a user's, or a recipe) is expanded in turn.
+        args, found = _as_flagfiles(read_flagfiles(args))
+        if not found:
+            return argv[:1] + args
+    raise InputError(f"{FLAG}: recipes read from recipes more than {MAX_DEPTH} deep: one "
+                     f"includes itself")
