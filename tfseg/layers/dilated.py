@@ -8,13 +8,16 @@ grouped filter gradient, so the taps are summed here one at a time instead:
 
     out[o] = sum_t x[o + offset_t] * k_t        (x read as 0 outside its extent)
 
-Each tap multiplies the part of x that lands inside the output and pads the
-product to the output's size; the working set is about three output-sized
+Each tap takes the part of x that lands inside the output, pads it to the
+output's size and multiplies it; the working set is about three output-sized
 tensors. The input gradient is the same sum over dy with negated offsets, and
-each tap's filter gradient is a reduction of dy * x over the overlap (in float32
-for half-precision tensors, as TF's kernels accumulate). Each term
-waits for the previous one (a control dependency), so TF's executor does not
-make all taps' temporaries at once. Shapes: [N, H, W, C] -> [N, H', W', C];
+each tap's filter gradient is a reduction of dy * x over the overlap. Half-precision
+sums (all three) run in float32, as TF's kernels accumulate (oneDNN's and cuDNN's;
+TF's own CPU kernels keep bfloat16 in bfloat16), rounding once at the end; on large
+maps they go a quarter of the channels at a time (`HALF_CHUNKS`), so that their
+float32 working set is smaller than a half-precision sum over all channels would be.
+Each term waits for the previous one (a control dependency), so TF's executor does
+not make all taps' temporaries at once. Shapes: [N, H, W, C] -> [N, H', W', C];
 spatial sizes must be static.
 """
 
@@ -25,6 +28,14 @@ import tensorflow as tf
 # 2-3x faster than the shifted taps on this CPU (measured fwd + bwd: rate 2 at
 # 33x33x1536, rate 6 at 64x128x2048); at rate 18 on 33x33 the taps are as fast.
 MIN_COPY_RATIO = 2.0
+
+# Half-precision sums run in float32, over this many chunks of the channels one after
+# another: a float32 running sum and term of a quarter of the channels take less than
+# half-precision ones of all channels would. Only where one example's output is at
+# least MIN_CHUNKED_BYTES: below, the chunks' 4x ops cost more (tracing, launches)
+# than their memory saves.
+HALF_CHUNKS = 4
+MIN_CHUNKED_BYTES = 1 << 20
 
 
 def copy_ratio(in_hw, kernel_hw, dilation_rate, padding):
@@ -72,22 +83,44 @@ def _overlap(size, out_size, offset):
     return max(0, -offset), min(out_size, size - offset)
 
 
+def _channel_chunks(t, out_hw):
+    """[(c0, c1)]: the channel ranges a sum over `t` [N, H, W, C] into an output of
+    `out_hw` goes in, one after another."""
+    channels = t.shape[3]
+    chunked = (accumulator(t.dtype) != t.dtype
+               and out_hw[0] * out_hw[1] * channels * t.dtype.size >= MIN_CHUNKED_BYTES)
+    n = min(channels, HALF_CHUNKS) if chunked else 1
+    bounds = [channels * i // n for i in range(n + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
 def _shift_sum(src, weights, shifts, out_hw):
-    """sum_t pad(src[o + shift_t] * weights[t]) over the output's extent."""
-    total, previous = None, []
-    for w, (a, b) in zip(weights, shifts):
-        y0, y1 = _overlap(src.shape[1], out_hw[0], a)
-        x0, x1 = _overlap(src.shape[2], out_hw[1], b)
-        if y1 <= y0 or x1 <= x0:
-            continue  # the tap falls wholly in the padding
-        with tf.control_dependencies(previous):
-            term = src[:, y0 + a:y1 + a, x0 + b:x1 + b] * w
-            term = tf.pad(term, [[0, 0], [y0, out_hw[0] - y1], [x0, out_hw[1] - x1], [0, 0]])
-            total = term if total is None else total + term
-        previous = [total]
-    if total is None:
-        return tf.zeros([tf.shape(src)[0], *out_hw, src.shape[3]], src.dtype)
-    return total
+    """sum_t pad(src[o + shift_t]) * weights[t] over the output's extent.
+
+    Half-precision terms are summed in float32 (`accumulator`), on large maps a chunk
+    of channels at a time, and rounded once; the product of two half-precision numbers
+    is exact in float32. Each tap's slice is padded in src's dtype and cast after it,
+    so the float32 temporaries are one term and the running sum."""
+    acc = accumulator(src.dtype)
+    parts, previous = [], []
+    for c0, c1 in _channel_chunks(src, out_hw):
+        total = None
+        for w, (a, b) in zip(weights, shifts):
+            y0, y1 = _overlap(src.shape[1], out_hw[0], a)
+            x0, x1 = _overlap(src.shape[2], out_hw[1], b)
+            if y1 <= y0 or x1 <= x0:
+                continue  # the tap falls wholly in the padding
+            with tf.control_dependencies(previous):
+                term = tf.pad(src[:, y0 + a:y1 + a, x0 + b:x1 + b, c0:c1],
+                              [[0, 0], [y0, out_hw[0] - y1], [x0, out_hw[1] - x1], [0, 0]])
+                term = tf.cast(term, acc) * tf.cast(w[c0:c1], acc)
+                total = term if total is None else total + term
+            previous = [total]
+        if total is None:
+            return tf.zeros([tf.shape(src)[0], *out_hw, src.shape[3]], src.dtype)
+        parts.append(tf.cast(total, src.dtype))
+        previous = [parts[-1]]  # the next chunk's float32 sum waits for this one's end
+    return parts[0] if len(parts) == 1 else tf.concat(parts, axis=3)
 
 
 def _taps(kernel, dilation_rate, pads):
@@ -121,20 +154,27 @@ def filter_grad(x, dy, kernel_hw, dilation_rate, pads):
     """d depthwise / d kernel: per tap, dy * x summed over the overlap and the batch.
 
     Summed in float32 for half-precision x and dy (`accumulator`), rounded to their
-    dtype once at the end. The product is taken in their dtype and cast (one float32
-    temporary, not three): its rounding is per term, not accumulated."""
+    dtype once at the end. Each tap's slices are cast before they are multiplied: the
+    product of two half-precision numbers is exact in float32, where one rounded to
+    bfloat16 is off by up to 2^-9 per term. Half-precision products go a chunk of
+    channels at a time (`HALF_CHUNKS`), as `_shift_sum`'s sums do."""
     grads, previous = {}, []
     acc = accumulator(dy.dtype)
     out_hw = output_hw(x.shape[1:3], kernel_hw, dilation_rate, pads)
+    chunks = _channel_chunks(dy, out_hw)
     for (i, j), (a, b) in offsets(kernel_hw, dilation_rate, pads):
         y0, y1 = _overlap(x.shape[1], out_hw[0], a)
         x0, x1 = _overlap(x.shape[2], out_hw[1], b)
         if y1 <= y0 or x1 <= x0:
             grads[i, j] = tf.zeros_like(dy[0, 0, 0], acc)
             continue
-        with tf.control_dependencies(previous):
-            grads[i, j] = tf.reduce_sum(tf.cast(
-                dy[:, y0:y1, x0:x1] * x[:, y0 + a:y1 + a, x0 + b:x1 + b], acc), axis=[0, 1, 2])
-        previous = [grads[i, j]]
+        parts = []
+        for c0, c1 in chunks:
+            with tf.control_dependencies(previous):
+                parts.append(tf.reduce_sum(
+                    tf.cast(dy[:, y0:y1, x0:x1, c0:c1], acc)
+                    * tf.cast(x[:, y0 + a:y1 + a, x0 + b:x1 + b, c0:c1], acc), axis=[0, 1, 2]))
+            previous = parts[-1:]
+        grads[i, j] = parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
     rows = [tf.stack([grads[i, j] for j in range(kernel_hw[1])]) for i in range(kernel_hw[0])]
     return tf.cast(tf.stack(rows)[..., None], dy.dtype)
