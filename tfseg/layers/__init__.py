@@ -1,4 +1,7 @@
-"""tfseg layers: resize and the memory-saving twins of stock Keras compositions."""
+"""tfseg layers: resize and the memory-saving twins of stock Keras compositions.
+
+`tfseg.layers.hub` holds the twins of keras-hub's blocks; it imports keras-hub, which is
+optional, so it is not imported here (`tfseg.memory.hub_blocks` imports it)."""
 
 from tfseg.layers.inplace_norm import GAMMA_EPSILON, inplace_batch_norm, inplace_group_norm
 from tfseg.layers.norm_layers import InplaceBatchNormalization, InplaceGroupNormalization

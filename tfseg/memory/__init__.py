@@ -1,5 +1,7 @@
 """Memory-saving graph rewrites, and weights that move between the twins."""
 
+import wrapt
+
 from tfseg.memory.patterns import Changes, changes
 from tfseg.memory.segments import Segment
 from tfseg.memory.rewrite import as_functional, rewrite
@@ -7,3 +9,13 @@ from tfseg.memory.weights import checkpoint, copy_weights, variables_by_path
 
 __all__ = ["Changes", "Segment", "as_functional", "changes", "checkpoint", "copy_weights",
            "rewrite", "variables_by_path"]
+
+
+def _register_hub_blocks(keras_hub):
+    """keras-hub is optional: its blocks' entries (`hub_blocks`) register themselves in
+    `tfseg.memory.blocks` once it is imported (now, if it already is), since a model
+    made of its layers has imported it."""
+    from tfseg.memory import hub_blocks  # noqa: F401  (registers on import)
+
+
+wrapt.register_post_import_hook(_register_hub_blocks, "keras_hub")

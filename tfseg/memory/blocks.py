@@ -13,10 +13,12 @@ twin class, a subclass adding no state, replaces it there (`register_twin`); whe
 block's config does not rebuild it (keras-hub's MiT blocks), a registered function
 makes the copy (`register_rebuild`).
 
-A library's entries live in their own module (`tfseg/memory/hub_blocks.py` for
-keras-hub), imported only once that library is: a model made of its layers has imported
-it, and tfseg never needs it otherwise. A version of the library whose classes moved
-registers nothing there (and the log says so): its blocks stay stock.
+This module is the registry alone: it imports no library's entries. Those live in
+their own module (`tfseg/memory/hub_blocks.py` for keras-hub), which registers itself
+here once that library is imported (`tfseg/memory/__init__.py`'s post-import hook): a
+model made of its layers has imported it, and tfseg never needs it otherwise. A version
+of the library whose classes moved registers nothing there (and the log says so): its
+blocks stay stock.
 
 Example:
 
@@ -29,8 +31,6 @@ Example:
 >>> fusions(Mlp())
 ([('fc1', 'fc2')], None)
 """
-
-import sys
 
 # block class -> function(built block) -> ([(first Dense's attribute, second's)], why
 # none fuse or None)
@@ -79,22 +79,15 @@ def register_rebuild(cls):
     return decorator
 
 
-def _known():
-    if "keras_hub" in sys.modules:
-        from tfseg.memory import hub_blocks  # noqa: F401  (registers keras-hub's blocks)
-
-
 def twin(layer, options):
     """(twin class or None, {attribute: (class, settings)}, why or None) for `layer`, a
     block of a registered class whose option is in `options`; (None, {}, None) else."""
-    _known()
     option, function = _TWINS.get(type(layer), (None, None))
     return (None, {}, None) if option not in options else function(layer)
 
 
 def rebuild(layer):
     """An unbuilt copy of `layer` from its registered function; None if none is."""
-    _known()
     function = _REBUILDS.get(type(layer))
     return None if function is None else function(layer)
 
@@ -102,6 +95,5 @@ def rebuild(layer):
 def fusions(layer):
     """([(first Dense's attribute, second's)], why none fuse or None) for `layer`, a block
     of a registered class; ([], None) for any other layer."""
-    _known()
     function = _REGISTRY.get(type(layer))
     return ([], None) if function is None else function(layer)

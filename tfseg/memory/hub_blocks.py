@@ -1,6 +1,7 @@
-"""keras-hub's blocks whose `call` the rewrite knows (`tfseg.memory.blocks`).
+"""keras-hub's blocks whose `call` the rewrite knows, registered in `tfseg.memory.blocks`.
 
-Imported by `tfseg.memory.blocks` only once keras-hub is; each entry names the file of
+Imported by `tfseg/memory/__init__.py`'s post-import hook once keras-hub is (nothing
+else imports it, and `blocks` knows nothing of it); each entry names the file of
 keras-hub 0.32 it reads. A keras-hub whose classes moved registers nothing (their blocks
 stay stock); one whose attributes changed keeps the pair stock and says why
 (`tfseg.memory.inside`); one whose block computes otherwise fails
@@ -18,7 +19,7 @@ try:
                                                      SegFormerMultiheadAttention)
     from keras_hub.src.models.vit.vit_layers import MLP
 
-    from tfseg.memory.hub_twins import LeanMixFFN, LeanSegFormerAttention
+    from tfseg.layers.hub import LeanMixFFN, LeanSegFormerAttention
 except ImportError as error:  # another keras-hub: its blocks stay stock
     logging.getLogger("tfseg.memory").info("keras-hub's blocks are not registered: %s",
                                            error)

@@ -1,8 +1,21 @@
 """Twins of keras-hub blocks that compute in their own `call` (keras-hub 0.32's
 `models/mit/mit_layers.py`): subclasses that add no state, so a rebuilt copy's block
-becomes one by taking its class (`tfseg.memory.inside`). Imported only by
-`tfseg.memory.hub_blocks`, once keras-hub is; `tests/memory/test_hub.py` checks each
-against its stock block in float64.
+becomes one by taking its class (`tfseg.memory.inside`).
+
+keras-hub is optional and this module imports it, so `tfseg.layers` does not import
+this module: `tfseg.memory.hub_blocks`, which places these twins, does, once keras-hub
+is loaded. They are not registered with Keras serialization, as their stock blocks are
+not: neither's constructor takes its config back (it has no `**kwargs`), and the rewrite copies the
+block that holds them with a registered function (`tfseg.memory.blocks.register_rebuild`).
+`tests/memory/test_hub.py` checks each against its stock block in float64.
+
+Example (keras-hub installed):
+
+>>> import keras
+>>> from tfseg.layers.hub import LeanMixFFN
+>>> block = LeanMixFFN(channels=8, mid_channels=32)
+>>> tuple(block(keras.ops.ones((1, 16, 8))).shape)  # [batch, tokens (a square), width]
+(1, 16, 8)
 """
 
 import math
@@ -16,7 +29,11 @@ from tfseg.layers.attention import keras_seed, lean_attention
 class LeanMixFFN(MixFFN):
     """SegFormer's MixFFN whose GELU (tanh-approximated, `ops.nn.gelu`'s default) runs
     inside fc2, an `ActivationDense`: the depthwise conv's output is kept, not the
-    GELU's terms and output (four tensors of 4x the width at stage 1)."""
+    GELU's terms and output (four tensors of 4x the width at stage 1).
+
+    Arguments are MixFFN's (`channels`, `mid_channels`); x: [batch, side * side,
+    channels] -> [batch, side * side, channels]. Alone, fc2 is a stock Dense and the
+    block computes without the GELU: the rewrite gives fc2 its `ActivationDense`."""
 
     def call(self, x):  # MixFFN.call less the GELU
         x = self.fc1(x)
@@ -30,7 +47,10 @@ class LeanMixFFN(MixFFN):
 class LeanSegFormerAttention(SegFormerMultiheadAttention):
     """SegFormer's efficient attention (queries against a spatially reduced sequence)
     through `lean_attention`: its probabilities are not kept, and their dropout's mask
-    is drawn again from the seed Keras' `Dropout` would draw."""
+    is drawn again from the seed Keras' `Dropout` would draw.
+
+    Arguments are SegFormerMultiheadAttention's (`project_dim`, `num_heads`,
+    `sr_ratio`); x: [batch, side * side, project_dim] -> the same shape."""
 
     def call(self, x):  # SegFormerMultiheadAttention.call, its attention lean
         if self.dropout.rate >= 1.0:  # stock's dropout then returns zeros
