@@ -3,7 +3,7 @@ markdown tables with units in their headers, a sentence under each, the words ex
 
 import re
 
-from tests.report.test_outputs import _report
+from tests.report.test_outputs import MIB, _report
 from tfseg.report import document, render
 
 
@@ -40,7 +40,7 @@ def test_every_table_has_units_in_its_headers_and_a_sentence_under_it():
     tables = _tables(text)
     assert set(tables) >= {"Configuration", "Peak memory of one training step",
                            "What each variant holds", "Kept for backward, by part of the model",
-                           "Alive at the estimated peak, by part", "Training plans, fastest first",
+                           "Held at the estimated peak, by part", "Training plans, fastest first",
                            "What the peak is made of"}
     names = {"variant", "part", "setting", "value", "plan", "fits", "x stock",
              "estimate / measured"}
@@ -62,8 +62,8 @@ def test_the_parts_tables_give_each_variants_mib_and_share():
 
 def test_the_words_are_explained_and_both_charts_linked():
     text = render.markdown(_report(400))
-    for word in ("**Kept for backward**", "**Alive at the peak**", "**loss_and_other**",
-                 "**Peak over base**"):
+    for word in ("**Kept for backward**", "**Held at the peak**", "**backbone**",
+                 "**loss_and_other**", "**Peak over base**"):
         assert word in text
     assert "(parts.png)" in text and "(parts_stacked.png)" in text
     assert text.count("## The words these tables use") == 1
@@ -101,3 +101,26 @@ def test_the_sizes_table_says_what_was_measured_and_what_was_left():
     assert ("| stock | 123 | 1409 | batch 128 fits, measured (larger not tried); batch 129 "
             "not checked (run limit); crop 1409 not checked (run limit) |") in text
     assert "None" not in text
+
+
+def test_the_backbone_subtotal_heads_its_flows_in_both_tables_and_on_stdout():
+    report = _report(600, frontier=False)
+    for v in report["variants"].values():
+        v["rollup"] = {"backbone": ["entry_flow", "middle_flow", "exit_flow"]}
+        v["held_at_peak_bytes"] = {"weights": 3 * MIB, "optimizer_slots": 3 * MIB,
+                                   "gradients": MIB, **v["peak_by_part_bytes"]}
+    text = render.markdown(report)
+    # _report gives each of the six parts 100 MiB (stock) and 50 MiB (memory saving).
+    subtotal = "| backbone (entry_flow + middle_flow + exit_flow) | 300.0 | "
+    kept, held = text.split("## Held at the estimated peak, by part")
+    assert subtotal + "50.0 | 150.0 | 50.0 |" in kept
+    rows = [line.split(" |")[0] for line in held.split("## The words")[0].splitlines()
+            if line.startswith("| ") and not line.startswith(("| part", "| ---"))]
+    assert rows == ["| weights", "| optimizer_slots", "| gradients",
+                    "| backbone (entry_flow + middle_flow + exit_flow)", "| entry_flow",
+                    "| middle_flow", "| exit_flow", "| aspp", "| decoder", "| loss_and_other"]
+    assert subtotal + "49.4 | 150.0 | 48.9 |" in held  # of 607 MiB and 307 MiB
+    table = render.table(report)
+    for row in (r"backbone +50\.0% +50\.0%", r"  entry_flow +16\.7% +16\.7%",
+                r"weights +3\.0 +3\.0", r"backbone +300\.0 +150\.0", r"  exit_flow +100\.0 +50\.0"):
+        assert re.search(f"^{row}$", table, re.M), row

@@ -49,25 +49,55 @@ def summarize(kept, key):
     return dict(totals.most_common())
 
 
+def _kinds(graph, sim, kept, model):
+    """{buffer alive at the simulated peak: its kind}: "kept_for_backward" (a kept
+    tensor), "gradients" (a backward-pass buffer of a trainable weight's shape: a
+    weight's gradient, waiting for the update) or "other"."""
+    kept_names = {k.tensor for k in kept}
+    forward = forward_ops(graph.outputs[0])
+    shapes = {tuple(w.shape) for w in model.trainable_weights}
+    kinds = {}
+    for buffer in sim.live_at_peak:
+        if buffer in kept_names:
+            kinds[buffer] = "kept_for_backward"
+            continue
+        tensor = graph.get_tensor_by_name(buffer)
+        backward = tensor.op.name not in forward
+        kinds[buffer] = "gradients" if backward and tuple(tensor.shape) in shapes else "other"
+    return kinds
+
+
 def peak_by_kind(graph, sim, kept, model):
     """The buffers alive at the simulated peak, by kind: "kept_for_backward" (the kept
     tensors still alive), "gradients" (backward-pass buffers of a trainable weight's
     shape: the weights' gradients, waiting for the update), "other" (the backward
     pass's temporaries, and forward tensors not yet freed) and "allocator" (its
     rounding and reuse). They sum to the estimated peak over the step's start."""
-    kept_names = {k.tensor for k in kept}
-    forward = forward_ops(graph.outputs[0])
-    shapes = {tuple(w.shape) for w in model.trainable_weights}
     kinds = collections.Counter({"kept_for_backward": 0, "gradients": 0, "other": 0})
-    for buffer, size in sim.live_at_peak.items():
-        if buffer in kept_names:
-            kinds["kept_for_backward"] += size
-            continue
-        tensor = graph.get_tensor_by_name(buffer)
-        backward = tensor.op.name not in forward
-        kinds["gradients" if backward and tuple(tensor.shape) in shapes else "other"] += size
+    for buffer, kind in _kinds(graph, sim, kept, model).items():
+        kinds[kind] += sim.live_at_peak[buffer]
     kinds["allocator"] = max(0, sim.peak_bytes - sum(sim.live_at_peak.values()))
     return dict(kinds)
+
+
+def held_at_peak(graph, sim, kept, model, part, state_bytes):
+    """What the process holds at the simulated peak, by holder, in the model's order:
+    "weights" and "optimizer_slots" (`state_bytes`: {"weights": ..., "optimizer_slots":
+    ..., "other_state": ...}, held before the step), "gradients" (those computed by the
+    peak), then every part (`part(layer name)`) with the other buffers its layers made
+    (the step's other state, its counter and random states, under "loss_and_other") and
+    "allocator" (its rounding and reuse). They sum to the state plus the estimated
+    peak over the step's start."""
+    names = layer_names(model)
+    held = collections.Counter({"weights": state_bytes["weights"],
+                                "optimizer_slots": state_bytes["optimizer_slots"],
+                                "gradients": 0})
+    for buffer, kind in _kinds(graph, sim, kept, model).items():
+        holder = "gradients" if kind == "gradients" else part(layer_of(buffer, names))
+        held[holder] += sim.live_at_peak[buffer]
+    held["loss_and_other"] += state_bytes["other_state"]
+    held["allocator"] = max(0, sim.peak_bytes - sum(sim.live_at_peak.values()))
+    return dict(held)
 
 
 def _holders(variable):
@@ -77,8 +107,9 @@ def _holders(variable):
     return tuple(getattr(inner, "values", (inner,)))
 
 
-def _state(graph, model):
-    """(sizes, optimizer bytes): the buffers that exist before a step of `graph`.
+def _state(graph, model, optimizer=None):
+    """(sizes, optimizer bytes, other bytes): the buffers that exist before a step of
+    `graph`, and how many bytes of them are the optimizer's, and the step's own.
 
     The model's weights, then every other variable the step reads: the optimizer's
     state as it was built (SGD's momentum slots, none without momentum; its
@@ -88,6 +119,9 @@ def _state(graph, model):
     Args:
       graph: the `tf.Graph` of the traced training step.
       model: the model it trains.
+      optimizer: the step's optimizer, whose variables (and a wrapped optimizer's) are
+        told apart from the step's own; None: every other variable counts as the
+        optimizer's.
     """
     own = {id(h) for w in model.weights for h in _holders(w)}
     size = lambda v: v.shape.num_elements() * v.dtype.size  # noqa: E731
@@ -97,11 +131,17 @@ def _state(graph, model):
     trainable = [size(v) for w in model.trainable_weights for v in _holders(w)]
     frozen = [size(v) for w in model.non_trainable_weights for v in _holders(w)]
     extra = [size(v) for v in others]
-    return trainable + frozen + extra, sum(extra)
+    if optimizer is None:
+        return trainable + frozen + extra, sum(extra), 0
+    wrapped = getattr(optimizer, "inner_optimizer", optimizer)
+    slots = {id(h) for o in {id(optimizer): optimizer, id(wrapped): wrapped}.values()
+             for v in o.variables for h in _holders(v)}
+    mine = sum(size(v) for v in others if id(v) in slots)
+    return trainable + frozen + extra, mine, sum(extra) - mine
 
 
 def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None,
-                   segment_of=None):
+                   segment_of=None, optimizer=None, rollup=None):
     """Static accounting of a traced training step, and a static peak estimate.
 
     Args:
@@ -119,6 +159,10 @@ def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None
       segment_of: layer name -> recompute segment ("" for none): adds
         `segment_costs` as "segments" and the whole step's estimated seconds
         (`op_seconds` of every op that runs) as "estimated_step_seconds".
+      optimizer: the step's optimizer: its variables are "optimizer_slots" in
+        "held_at_peak", the step's other state (its counter) is "loss_and_other".
+      rollup: {subtotal: parts} the report sums, e.g. {"backbone": ("entry_flow",
+        "middle_flow", "exit_flow")}, returned as "rollup" (None: {}).
 
     Returns a dict: the kept tensors by part, the parameter and gradient bytes,
     `optimizer_state_bytes` (the variables the step reads besides the model's:
@@ -126,18 +170,28 @@ def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None
     `estimated_peak_bytes` (`simulate`'s allocator peak over the step's start),
     `live_peak_bytes`, `peak_op`, `peak_by_part` (the buffers alive at the peak,
     by part, plus "allocator" for its rounding), `peak_by_kind` (the same buffers by
-    kind: `peak_by_kind`) and `estimated_peak_by_batch`.
+    kind: `peak_by_kind`), `held_at_peak` (the weights, optimizer slots and
+    gradients beside the parts: `held_at_peak`), `rollup` and
+    `estimated_peak_by_batch`.
+
+    Example, on a step of `tfseg.training.step.make_train_step` (tests/report/test_rollup.py)::
+
+        result = step_breakdown(step, (batch,), model, part_of, optimizer=optimizer,
+                                rollup={"backbone": ("entry_flow", "middle_flow",
+                                                     "exit_flow")})
+        result["held_at_peak"]["weights"]  # sum(v.numpy().nbytes for v in model.weights)
     """
     graph = step_fn.get_concrete_function(*args).graph
     names = layer_names(model)
     part = lambda layer: part_of(layer) or "loss_and_other"  # noqa: E731
     kept = kept_tensors(graph, graph.outputs[0], names)
-    state, optimizer_bytes = _state(graph, model)
+    state, optimizer_bytes, other_bytes = _state(graph, model, optimizer)
     sim = simulate(graph, state, workers)
     at_peak = collections.Counter()
     for buffer, size in sim.live_at_peak.items():
         at_peak[part(layer_of(buffer, names))] += size
     at_peak["allocator"] = max(0, sim.peak_bytes - sum(sim.live_at_peak.values()))
+    parameters = sum(v.numpy().nbytes for v in model.weights)
     batch = int(tf.nest.flatten(args)[0].shape[0])
     by_batch = {batch: sim.peak_bytes}
     for extra in extra_batches:
@@ -157,14 +211,18 @@ def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None
         "kept_bytes": sum(k.bytes for k in kept),
         "kept_by_part": summarize(kept, lambda k: part(k.layer)),
         "largest_kept_bytes": max((k.bytes for k in kept), default=0),
-        "parameter_bytes": sum(v.numpy().nbytes for v in model.weights),
+        "parameter_bytes": parameters,
         "gradient_bytes": sum(v.numpy().nbytes for v in model.trainable_weights),
-        "optimizer_state_bytes": optimizer_bytes,
+        "optimizer_state_bytes": optimizer_bytes + other_bytes,
         "estimated_peak_bytes": sim.peak_bytes,
         "live_peak_bytes": sim.live_peak_bytes,
         "peak_op": sim.peak_op,
         "peak_by_part": dict(at_peak.most_common()),
         "peak_by_kind": peak_by_kind(graph, sim, kept, model),
+        "held_at_peak": held_at_peak(graph, sim, kept, model, part, {
+            "weights": parameters, "optimizer_slots": optimizer_bytes,
+            "other_state": other_bytes}),
+        "rollup": {name: list(parts) for name, parts in (rollup or {}).items()},
         "estimated_peak_by_batch": by_batch,
         "simulated_threads": workers or inter_op_threads(),
     }

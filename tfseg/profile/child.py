@@ -19,21 +19,35 @@ from tfseg.runtime import device as device_lib
 OUT_OF_MEMORY_EXIT = 75
 
 
-def _analyze(config, step, batch, model):
+def parts(config):
+    """(part_of, rollup) of `config`'s model, for the analysis: `part_of(layer name)` is
+    its part ("" for none), and `rollup` the subtotals the report sums,
+    {"backbone": Xception-65's flows, from its block specs}. DeepLabv3+ on another
+    backbone is one flat model: every layer the head's names (`part_of`) do not claim
+    is the "backbone" part, with no roll-up; a builder's model has neither."""
+    from tfseg.models import XCEPTION65, part_of
+
+    repeats = config.run.model.middle_repeats
+    if config.builder is not None:
+        return (lambda name: part_of(name, repeats)), {}
+    if config.run.model.backbone != "xception65":
+        return (lambda name: part_of(name, repeats) or ("backbone" if name else "")), {}
+    flows = tuple(dict.fromkeys(spec.flow for spec in XCEPTION65))
+    return (lambda name: part_of(name, repeats)), {"backbone": flows}
+
+
+def _analyze(config, step, batch, model, optimizer=None):
     """`tfseg.profile.analysis.step_breakdown` of the traced step, with the recompute
-    segments' costs (the budget planner's)."""
-    from tfseg.models import part_of, segment_of
+    segments' costs (the budget planner's), its parts and their roll-up (`parts`)."""
+    from tfseg.models import segment_of
     from tfseg.profile.analysis import step_breakdown
 
     repeats = config.run.model.middle_repeats
-    # DeepLabv3+ on another backbone is one flat model: every layer the head's names
-    # (part_of) do not claim is the backbone's.
-    other = config.builder is None and config.run.model.backbone != "xception65"
-    return step_breakdown(step, (batch,), model,
-                          lambda name: part_of(name, repeats) or ("backbone" if other and name
-                                                                  else ""),
+    part_of, rollup = parts(config)
+    return step_breakdown(step, (batch,), model, part_of,
                           extra_batches=tuple(config.analyze_batches),
-                          segment_of=lambda name: segment_of(name, repeats))
+                          segment_of=lambda name: segment_of(name, repeats),
+                          optimizer=optimizer, rollup=rollup)
 
 
 def sample_batch(config, strategy):
@@ -66,7 +80,7 @@ def estimate_in_process(config):
     strategy, model, optimizer, step = build_step(config)
     batch = sample_batch(config, strategy)
     start = time.perf_counter()
-    analysis = _analyze(config, step, batch, model)
+    analysis = _analyze(config, step, batch, model, optimizer)
     # once per tensor: --grad_accum_steps repeats the same micro-batch
     unique = {id(t): t for t in tf.nest.flatten(batch)}.values()
     inputs = sum(t.shape.num_elements() * t.dtype.size for t in unique)
@@ -112,7 +126,7 @@ def measure_in_process(config):
         loss = value if loss is None else loss
         applied.append(bool(finite))
     start = time.perf_counter()
-    analysis = _analyze(config, step, batch, model) if config.analyze else None
+    analysis = _analyze(config, step, batch, model, optimizer) if config.analyze else None
     analysis_seconds = time.perf_counter() - start
     return {
         **config.record(),

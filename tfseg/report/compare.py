@@ -54,6 +54,10 @@ def entry(m):
         "kept_by_part_bytes": a["kept_by_part"],
         "breakdown_percent": {p: 100.0 * b / kept_total for p, b in a["kept_by_part"].items()},
         "peak_by_part_bytes": a["peak_by_part"],
+        # Weights, optimizer slots and gradients beside the parts, and the subtotals
+        # (the backbone's flows) the tables add (`tfseg.profile.analysis`).
+        "held_at_peak_bytes": a["held_at_peak"],
+        "rollup": a["rollup"],
         "peak_by_kind_bytes": a["peak_by_kind"],
         "peak_op": a["peak_op"],
         "simulated_threads": a["simulated_threads"],

@@ -5,6 +5,9 @@ sentence saying what it measures, and the words the tables use explained once.
 """
 
 MIB = 2**20
+# What the process holds besides the parts' buffers: before the step (weights, slots) and
+# the gradients computed by the peak (`held_at_peak` of tfseg/profile/analysis.py).
+HOLDERS = ("weights", "optimizer_slots", "gradients")
 PARTS = ("backbone", "entry_flow", "middle_flow", "exit_flow", "aspp", "decoder",
          "loss_and_other")
 
@@ -12,13 +15,17 @@ WORDS = [
     "**Kept for backward**: the forward tensors the backward pass reads (a layer's input "
     "or output that its gradient needs). They are made during the forward pass and all "
     "alive when the backward pass starts; the memory-saving twins keep fewer of them.",
-    "**Alive at the peak**: every buffer the allocator holds at the step's highest point "
-    "(estimated): the kept tensors not yet consumed, the gradients computed so far and "
-    "the backward pass's temporaries, each counted to the part whose layer made it; "
-    "\"allocator\" is its rounding and reuse.",
+    "**Held at the peak**: what the process holds at the step's highest point "
+    "(estimated): the weights and optimizer slots, the gradients computed so far (the "
+    "backward pass's buffers of a trainable weight's shape), then the kept tensors not "
+    "yet consumed and the backward pass's temporaries, each counted to the part whose "
+    "layer made it; \"allocator\" is its rounding and reuse.",
+    "**backbone**: Xception-65's entry, middle and exit flows together (its subtotal), "
+    "or the whole of another backbone; **aspp** and **decoder** are the head.",
     "**loss_and_other**: tensors no part of the model made: the input batch and its "
     "normalisation, the logits' resize to the labels, the loss and its gradient, weight "
-    "decay and the optimizer's update.",
+    "decay and the optimizer's update (and, held at the peak, the step's counter and "
+    "random states).",
     "**Peak over base**: what one training step adds to what the process held before it "
     "(the weights and optimizer slots), as the allocator measures it.",
 ]
@@ -131,10 +138,29 @@ def decomposition(report):
 
 
 def parts_in(report, key="kept_by_part_bytes"):
-    """The parts the report's variants name under ``key``, in the model's order:
-    Xception-65's flows, or "backbone" for another backbone, then the head."""
+    """The parts the report's variants name under ``key``, in the model's order: the
+    weights, optimizer slots and gradients where ``key`` has them, Xception-65's flows,
+    or "backbone" for another backbone, then the head."""
     named = {p for v in report["variants"].values() for p in v[key]}
-    return tuple(p for p in PARTS if p in named) + tuple(sorted(named - set(PARTS)))
+    order = HOLDERS + PARTS
+    return tuple(p for p in order if p in named) + tuple(sorted(named - set(order)))
+
+
+def rolled_up(report, parts):
+    """``parts`` with the variants' subtotals ("rollup": {"backbone": its flows}) before
+    their first part: (label, the parts it sums) pairs, a part alone as (part, (part,)).
+
+    Example: ``rolled_up(report, ("entry_flow", "middle_flow", "exit_flow", "aspp"))``
+    is ``(("backbone", (the three flows)), ("entry_flow", ("entry_flow",)), ...,
+    ("aspp", ("aspp",)))`` for a report on Xception-65."""
+    rollup = {}
+    for v in report["variants"].values():
+        rollup.update({name: tuple(of) for name, of in (v.get("rollup") or {}).items()})
+    rows = []
+    for part in parts:
+        rows += [(name, of) for name, of in rollup.items() if of and part == of[0]]
+        rows.append((part, (part,)))
+    return tuple(rows)
 
 
 def by_part(report, key, parts, sentence):
@@ -142,10 +168,10 @@ def by_part(report, key, parts, sentence):
     totals = {n: max(1, sum(v[key].values())) for n, v in variants.items()}
     header = ["part"] + [f"{n} ({unit})" for n in variants for unit in ("MiB", "%")]
     rows = []
-    for part in parts:
-        cells = [part]
+    for label, of in rolled_up(report, parts):
+        cells = [label if of == (label,) else f"{label} ({' + '.join(of)})"]
         for name, v in variants.items():
-            size = v[key].get(part, 0)
+            size = sum(v[key].get(part, 0) for part in of)
             cells += [_mib(size, 1), f"{100 * size / totals[name]:.1f}"]
         rows.append(cells)
     return _table(header, rows) + ["", sentence]
@@ -199,7 +225,9 @@ def plans(report):
 
 def markdown(report, caveats=(), notes=()):
     """The whole report.md of ``report`` (a `tfseg.report.run` result)."""
-    at_peak = parts_in(report, "peak_by_part_bytes")
+    # A report from before the holders has its parts alive at the peak alone.
+    held = ("held_at_peak_bytes" if all(v.get("held_at_peak_bytes") for v in
+                                        report["variants"].values()) else "peak_by_part_bytes")
     lines = [f"# Memory report: {title(report)}", ""]
     for line in caveats:
         lines += [line, ""]
@@ -214,10 +242,12 @@ def markdown(report, caveats=(), notes=()):
         "them, in MiB and as a share of the variant's.") + [""]
     lines += ["![kept for backward, by part](parts.png)",
               "![kept for backward, stacked by part](parts_stacked.png)", ""]
-    lines += ["## Alive at the estimated peak, by part", ""] + by_part(
-        report, "peak_by_part_bytes", at_peak,
-        "The buffers alive at the static estimate's peak, counted to the part whose layer "
-        "made them.") + [""]
+    lines += ["## Held at the estimated peak, by part", ""] + by_part(
+        report, held, parts_in(report, held),
+        "What the process holds at the static estimate's peak: the weights and optimizer "
+        "slots (the base), the gradients computed by then, and every other buffer alive, "
+        "counted to the part whose layer made it; a subtotal's parts follow it. The rows "
+        "sum to the base plus the static estimate.") + [""]
     lines += sizes(report) + plans(report)
     lines += ["## The words these tables use", ""] + [f"- {w}" for w in WORDS] + [""]
     return "\n".join(lines)

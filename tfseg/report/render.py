@@ -26,6 +26,13 @@ def _overhead(record):
     return f", device overhead {size} MiB: {record['overhead_source']}"
 
 
+def _labels(rows):
+    """The printed row names of `document.rolled_up`'s rows: a subtotal's parts (the
+    rows after it) indented under it."""
+    inside = {p for label, of in rows if of != (label,) for p in of}
+    return [f"  {label}" if label in inside else label for label, _ in rows]
+
+
 def table(report):
     rows = [
         f"{'variant':<15}{'measured MiB':>13}{'max':>6}{'x stock':>8}{'static est':>11}{'est/meas':>9}{'step s':>8}"
@@ -55,15 +62,22 @@ def table(report):
     rows.append("")
     rows.append("where the kept activations go (% of each variant's):")
     rows.append(f"{'part':<16}" + "".join(f"{n:>15}" for n in report["variants"]))
-    for part in document.parts_in(report):
-        cells = "".join(f"{v['breakdown_percent'].get(part, 0.0):>14.1f}%" for v in report["variants"].values())
-        rows.append(f"{part:<16}{cells}")
+    parts = document.rolled_up(report, document.parts_in(report))
+    for name, (_, of) in zip(_labels(parts), parts):
+        cells = "".join(f"{sum(v['breakdown_percent'].get(p, 0.0) for p in of):>14.1f}%"
+                        for v in report["variants"].values())
+        rows.append(f"{name:<16}{cells}")
     rows.append("")
-    rows.append("alive at the estimated peak (MiB; 'allocator': its rounding and reuse):")
+    held = "held_at_peak_bytes"
+    if not all(v.get(held) for v in report["variants"].values()):
+        held = "peak_by_part_bytes"  # a report from before the holders
+    rows.append("held at the estimated peak (MiB; 'allocator': its rounding and reuse):")
     rows.append(f"{'part':<16}" + "".join(f"{n:>15}" for n in report["variants"]))
-    for part in document.parts_in(report, "peak_by_part_bytes"):
-        cells = "".join(f"{v['peak_by_part_bytes'].get(part, 0) / MIB:>15.1f}" for v in report["variants"].values())
-        rows.append(f"{part:<16}{cells}")
+    parts = document.rolled_up(report, document.parts_in(report, held))
+    for name, (_, of) in zip(_labels(parts), parts):
+        cells = "".join(f"{sum(v[held].get(p, 0) for p in of) / MIB:>15.1f}"
+                        for v in report["variants"].values())
+        rows.append(f"{name:<16}{cells}")
     sizes = report.get("max_sizes")
     if sizes:
         rows.append("")
