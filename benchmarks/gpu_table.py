@@ -1,42 +1,105 @@
 """The markdown table of `benchmarks/gpu.py`, with the figures it is compared with.
 
-`CPU` holds docs/benchmarks.md's canonical CPU figure of each row that has one (peak
-over base, step time; 2-core CPU, oneDNN's allocator); `PADDLE` PaddlePaddle's published
-full-resolution figure, on another card.
+The CPU figure beside a row is read from docs/benchmarks.md, the one place tfseg's
+figures are kept (with their date and command): `SOURCES` names the section and table
+row of each (peak over base, step time; 2-core CPU, oneDNN's allocator). `PADDLE` is
+PaddlePaddle's published full-resolution figure, on another card.
+
+    import gpu_table                                  # from benchmarks/
+    gpu_table.cpu_figure("513x513 b2", "stock")      # '3,563 MiB, 9.76 s (CPU, 2026-11-24)'
 """
 
-MIB = 2**20
+import os
+import re
 
-# (size, row name) -> (peak over base MiB, step seconds or None, what it is).
-CPU = {
-    ("513x513 b2", "stock"): (3563, 9.76, "CPU, 2026-11-24"),
-    ("513x513 b2", "memory_saving"): (1109, 9.77, "CPU, 2026-11-24"),
-    ("513x513 b2", "recompute"): (740, 11.41, "CPU, 2026-11-24"),
-    ("1024x2048 b1", "stock"): (12967, None, "CPU, 2026-11-23"),
-    ("1024x2048 b1", "memory_saving"): (4015, None, "CPU, 2026-11-24"),
-    ("1024x2048 b1", "recompute"): (2723, None, "CPU, 2026-11-24"),
-    ("1024x2048 b1", "memory_saving_bf16"): (2398, None, "CPU static estimate"),
-    ("1024x2048 b1", "recompute_bf16"): (1885, None, "CPU static estimate"),
+MIB = 2**20
+DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
+                    "benchmarks.md")
+_FULL = "Full Cityscapes resolution, 1024x2048, batch 1"
+# (size, row name) -> (docs/benchmarks.md's `## ` heading, the row's first cell there).
+SOURCES = {
+    ("513x513 b2", "stock"): ("Training step memory, 513x513, batch 2", "stock"),
+    ("513x513 b2", "memory_saving"): ("Training step memory, 513x513, batch 2", "memory saving"),
+    ("513x513 b2", "recompute"): ("Training step memory, 513x513, batch 2", "recompute"),
+    ("1024x2048 b1", "memory_saving"): (_FULL, "memory saving"),
+    ("1024x2048 b1", "recompute"): (_FULL, "recompute"),
+    ("1024x2048 b1", "memory_saving_bf16"): (_FULL, "memory saving, `mixed_bfloat16`"),
+    ("1024x2048 b1", "recompute_bf16"): (_FULL, "recompute, `mixed_bfloat16`"),
 }
 # PaddlePaddle's DeepLabv3+ at 1024x2048 (seed 000), its published figures.
 PADDLE = {"card": "GTX 1080 Ti", "memory_gb": 10.2, "seconds_per_iteration": 0.85}
+_DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 
 
 def _f(value, fmt):
     return "-" if value is None else format(value, fmt)
 
 
-def cpu_figure(size, name):
-    """docs/benchmarks.md's figure for the row, or "-"."""
-    known = CPU.get((size, name))
+def _cells(line):
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def _number(cell):
+    """The first number of a cell ("3,563 MiB" -> 3563.0, "9.76 s" -> 9.76), or None."""
+    found = re.search(r"\d[\d,]*(?:\.\d+)?", cell.replace("*", ""))
+    return float(found.group().replace(",", "")) if found else None
+
+
+def tables(text, heading):
+    """The tables under `## heading` of a markdown `text`: [(context, header, rows)], where
+    context is the text from the heading or the previous table down to the table, header
+    the first row's cells (lower case) and rows each row's cells."""
+    section = text.split(f"\n## {heading}\n", 1)[-1] if f"\n## {heading}\n" in text else ""
+    section = section.split("\n## ", 1)[0]
+    found, context, table = [], [], []
+    for line in section.splitlines() + [""]:
+        if line.startswith("|"):
+            table.append(_cells(line))
+            continue
+        if table:
+            found.append(("\n".join(context), [c.lower() for c in table[0]], table[2:]))
+            context, table = [], []
+        context.append(line)
+    return found
+
+
+def cpu_figures(path=DOCS):
+    """{(size, row name): (peak over base MiB, step seconds or None, what it is)} read
+    from the markdown file at `path`; rows it does not hold are left out, and a missing
+    file gives {} (the table then says "-")."""
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        text = "\n" + f.read()
+    figures = {}
+    for key, (heading, label) in SOURCES.items():
+        for context, header, rows in tables(text, heading):
+            peak = next((i for i, c in enumerate(header) if "peak over base" in c), None)
+            row = next((r for r in rows if r[0] == label), None)
+            if peak is None or row is None:
+                continue
+            step = header.index("step") if "step" in header else None
+            dates = _DATE.findall(context)  # the last is the nearest the table
+            what = ("CPU static estimate" if "estimated" in header[peak] else "CPU") + (
+                f", {dates[-1]}" if dates else "")
+            figures[key] = (int(_number(row[peak])),
+                            _number(row[step]) if step is not None else None, what)
+            break
+    return figures
+
+
+def cpu_figure(size, name, figures=None):
+    """docs/benchmarks.md's figure for the row (or `figures`' when given), or "-"."""
+    known = (cpu_figures() if figures is None else figures).get((size, name))
     if not known:
         return "-"
     peak, seconds, what = known
     return f"{peak:,} MiB" + (f", {seconds:.2f} s" if seconds else "") + f" ({what})"
 
 
-def row_line(row, stock):
-    """One markdown row; `stock` is the same size's stock row (or None)."""
+def row_line(row, stock, figures=None):
+    """One markdown row; `stock` is the same size's stock row (or None), `figures` the
+    CPU figures (`cpu_figures()`, read once per table)."""
     r = row.get("result") or {}
     if "error" in row:
         return f"| {row['size']} | {row['name']} | failed: {row['error'][:120]} |" + " |" * 8
@@ -50,7 +113,7 @@ def row_line(row, stock):
             f"{_f(peak and peak / MIB, ',.0f')} | {_f(total, '.2f')} | "
             f"{_f(ratio_mem, '.2f')} | {_f(r.get('step_seconds'), '.3f')} | "
             f"{_f(ratio_time, '.2f')} | {_f(r.get('gpu_utilisation_percent'), '.0f')} | "
-            f"{len(row.get('runs', []))} | {cpu_figure(row['size'], row['name'])} |")
+            f"{len(row.get('runs', []))} | {cpu_figure(row['size'], row['name'], figures)} |")
 
 
 def markdown(summary):
@@ -62,8 +125,9 @@ def markdown(summary):
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     rows = summary["rows"]
     stocks = {r["size"]: r for r in rows if r["name"] == "stock"}
+    figures = cpu_figures()
     for row in rows:
-        lines.append(row_line(row, stocks.get(row["size"])))
+        lines.append(row_line(row, stocks.get(row["size"]), figures))
     full = [r["size"] for r in rows if r["size"].startswith("1024x2048")]
     if full:
         lines.append(f"| {full[0]} | PaddlePaddle, {PADDLE['card']} (a different card) | - | - | "

@@ -1,4 +1,5 @@
-"""The documentation: docs/cli.md is the config's, links lead somewhere, the README stays short.
+"""The documentation: docs/cli.md is the config's, links lead somewhere, the README stays short,
+every table of figures in docs/benchmarks.md gives its date and command.
 
 No TensorFlow here: the config and its page generator import none.
 """
@@ -54,6 +55,100 @@ def test_relative_links_point_to_files(page):
         elif anchor and linked.suffix == ".md" and anchor not in _anchors(linked):
             missing.append(f"{page.relative_to(ROOT)}:{number}: {target} (no such heading)")
     assert not missing, "links to files or headings that do not exist:\n" + "\n".join(missing)
+
+
+DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+# What runs something: optional VAR=value settings, then one of these programs.
+COMMAND = re.compile(r"(?:[A-Za-z_]\w*=\S+\s+)*(?:python3?|tfseg|bash|for)\s")
+
+
+def figure_tables_without_provenance(text):
+    """The tables of a markdown page that lack a date or a command, one line each:
+    "SECTION: TABLE'S FIRST LINE (no date|no command)".
+
+    A table is a run of lines starting with "|". Its provenance is the text above it back
+    to the nearest heading, paragraph opening in bold (an entry's title: both included)
+    or end of the table before it: it must hold a date (YYYY-MM-DD) and a command, that is
+    a span in backticks or a line of a fenced block that runs python, python3, tfseg,
+    bash or a shell `for` (after any VAR=value settings).
+
+        >>> figure_tables_without_provenance("## A (2026-11-28)\\n`python x.py`\\n| a |")
+        []
+    """
+    missing, section, context, fence, in_table = [], "(top)", [], False, False
+    for line in text.splitlines():
+        if line.lstrip().startswith("```"):
+            fence = not fence
+        elif not fence and line.startswith("#"):
+            section, context, in_table = line.lstrip("#").strip(), [line], False
+            continue
+        elif not fence and line.startswith("**") and (not context or not context[-1].strip()):
+            context, in_table = [line], False
+            continue
+        elif not fence and line.startswith("|"):
+            if not in_table:
+                block = "\n".join(context)
+                fenced = re.findall(r"```[^\n]*\n(.*?)```", block, re.S)
+                prose = re.sub(r"```.*?```", "", block, flags=re.S)
+                spans = [" ".join(span.split()) + " " for span in re.findall(r"`([^`]+)`", prose)]
+                lines = [line.strip() + " " for code in fenced for line in code.splitlines()]
+                why = [what for what, ok in (("no date", DATE.search(block)),
+                                             ("no command", any(COMMAND.match(c)
+                                                                for c in spans + lines)))
+                       if not ok]
+                if why:
+                    missing.append(f"{section}: {line.strip()} ({', '.join(why)})")
+            in_table = True
+            continue
+        if in_table:
+            context, in_table = [], False
+        context.append(line)
+    return missing
+
+
+def test_every_figure_table_gives_its_date_and_command():
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    missing = figure_tables_without_provenance(text)
+    assert not missing, ("docs/benchmarks.md: tables without a date or a command above them "
+                         "(since the heading, entry title or previous table):\n"
+                         + "\n".join(missing))
+    assert not re.search(r"command (?:was )?not recorded", text), (
+        "docs/benchmarks.md: a figure whose command was not recorded: measure it again with "
+        "its command, or take it out")
+
+
+def test_a_table_without_its_command_is_named():
+    page = """# Benchmarks
+
+## Measured (2026-11-28)
+
+```
+python benchmarks/memory.py --repeats 1
+```
+
+| variant | peak |
+| --- | --- |
+| stock | 3,563 MiB |
+
+**Later**, `--repeats 3` (2026-11-28):
+
+| variant | peak |
+| --- | --- |
+| stock | 3,560 MiB |
+
+## Undated
+
+`TF_ENABLE_ONEDNN_OPTS=1 python main.py --mode=report`
+
+| part | MiB |
+| --- | --- |
+"""
+    assert figure_tables_without_provenance(page) == [
+        "Measured (2026-11-28): | variant | peak | (no command)",
+        "Undated: | part | MiB | (no date)"]
+    # A fenced line or a span in backticks that runs the command is what counts.
+    fixed = page.replace("`--repeats 3`", "`python benchmarks/memory.py\n--repeats 3`")
+    assert figure_tables_without_provenance(fixed) == ["Undated: | part | MiB | (no date)"]
 
 
 def test_readme_is_short():

@@ -21,7 +21,7 @@ _STARTED = []
 
 
 def run_main(*args, timeout=180, check=True, process=False, **popen_kwargs):
-    """main.py ARGS: in this process (``tests.cli.run``), or in a fresh one where the
+    """main.py ARGS: in this process (``tests.command.run``), or in a fresh one where the
     property needs it (``process=True``, or Popen arguments such as ``preexec_fn``).
     Returns a CompletedProcess (stdout and stderr as text). ``timeout`` bounds a fresh
     process; an in-process run is bounded by the test's own timeout (setup.cfg)."""

@@ -1,6 +1,6 @@
 """Nothing lost, whatever breaks: main.py on a trained run's real files, damaged, filled up,
 signalled, killed and cut off from its services. Signals, kills and file-size limits go to
-real processes; the other runs call main.py in this process (``tests.cli``).
+real processes; the other runs call main.py in this process (``tests.command``).
 
 Every case asserts the exit code, one line on stderr naming the file, folder or flag, no
 traceback, and that no checkpoint older than the damage was deleted or overwritten.

@@ -1,5 +1,5 @@
 """main.py --mode=train end to end: resume, SIGTERM, NaN. Signals go to real processes;
-the other runs are main.py called in this process (``tests.cli``)."""
+the other runs are main.py called in this process (``tests.command``)."""
 
 import json
 import os

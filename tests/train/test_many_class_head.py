@@ -83,7 +83,7 @@ def test_main_trains_with_class_shards_and_evaluates_with_the_stock_head(data_di
 
 def test_bad_class_shards_and_devices_exit_2_in_one_line(data_dir, tmp_path):
     """What needs the data set's classes or the devices (the config's own refusals:
-    tests/test_main.py)."""
+    tests/cli/test_main.py)."""
     common = (f"--data_dir={data_dir}", f"--model_dir={tmp_path / 'run'}", "--mode=train",
               "--train_steps=1", *TINY_FLAGS)
     cases = {

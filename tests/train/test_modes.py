@@ -1,5 +1,5 @@
 """main.py --mode=eval / predict / export / convert on a tiny trained run (in this process,
-``tests.cli``); a test that writes into the run works on a copy of it."""
+``tests.command``); a test that writes into the run works on a copy of it."""
 
 import json
 import os

@@ -5,7 +5,7 @@ processes: each polls the files until its moment, then signals) leaves the old o
 the new, never a mix, a torn file, a staging folder or a ``*_temp`` leftover. Overwrites
 are explicit (``--overwrite``), and an output path that is a file is one line naming its
 flag (in this process). The report's own: tests/report/test_outputs.py; the mechanism:
-tests/data/test_outputs.py.
+tests/io/test_outputs.py.
 """
 
 import hashlib

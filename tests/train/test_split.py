@@ -71,7 +71,7 @@ def test_a_split_run_resumes_on_one_device_and_back_exactly(data_dir, tmp_path):
 
 @pytest.mark.slow
 def test_bad_model_devices_exit_2_in_one_line(data_dir, tmp_path):
-    """What needs the devices or the cuts (the config's own refusals: tests/test_main.py)."""
+    """What needs the devices or the cuts (the config's own refusals: tests/cli/test_main.py)."""
     common = (f"--data_dir={data_dir}", f"--model_dir={tmp_path / 'run'}", *FLAGS,
               "--train_steps=1")
     many = ",".join(f"CPU:{i}" for i in range(40))
