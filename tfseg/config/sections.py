@@ -150,8 +150,8 @@ class Optim:
     micro-batches give the update of one batch of N x batch_size.
     """
 
-    train_steps: int = setting(2000, "Total training steps.")
-    learning_rate: float = setting(0.1, "Peak learning rate.")
+    train_steps: int = setting(1300, "Total training steps.")
+    learning_rate: float = setting(0.3, "Peak learning rate.")
     end_learning_rate: float = setting(0.0, "Learning rate at the last step.")
     lr_power: float = setting(0.9, "Poly decay power.")
     warmup_steps: int = setting(25, "Linear warm-up steps.")
