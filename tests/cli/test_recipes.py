@@ -74,6 +74,20 @@ def test_a_flagfile_may_start_from_a_recipe_and_recipes_from_each_other(tmp_path
     assert "includes itself" in _one_error_line(_main("--recipe=loop", "--mode=validate"))
 
 
+def test_every_form_absl_takes_for_a_flag_names_a_recipe(tmp_path):
+    """--recipe NAME as one line of a flagfile and -recipe=NAME, as absl reads --flagfile."""
+    want = _settings(_main("--recipe=camvid", "--mode=validate"))
+    mine = tmp_path / "mine.flags"
+    mine.write_text("--recipe camvid\n")
+    assert _settings(_main(f"--flagfile={mine}", "--mode=validate")) == want
+    assert _settings(_main("-recipe=camvid", "--mode=validate")) == want
+
+
+def test_after_a_double_dash_a_recipe_is_not_read():
+    argv = ["tfseg", "--mode=validate", "--", "--recipe=camvid"]
+    assert recipes.expand(argv, lambda args: args) == argv
+
+
 def test_an_unknown_recipe_is_one_line_listing_the_recipes():
     line = _one_error_line(_main("--recipe=cityscapes_fullres", "--mode=validate"))
     assert line.startswith("tfseg: error: --recipe: must be one of ")

@@ -58,22 +58,40 @@ def table():
 
 
 def _as_flagfiles(args):
-    """``args`` with each ``--recipe=NAME`` (or ``--recipe NAME``) as ``--flagfile=PATH``;
-    whether there was one."""
+    """``args`` with each ``--recipe=NAME`` (or ``-recipe=NAME``, ``--recipe NAME`` as one
+    argument or two, as a flagfile's line or the command line gives it) as
+    ``--flagfile=PATH``, up to a ``--`` (after it, as absl reads them, arguments are not
+    flags); whether there was one."""
     out, found, rest = [], False, list(args)
     while rest:
         arg = rest.pop(0)
-        if arg == FLAG:
+        if arg == "--":
+            out += [arg, *rest]
+            break
+        name = _recipe_name(arg)
+        if name == "":
             if not rest:
                 raise InputError(f"{FLAG}: needs a name ({FLAG}=NAME): one of "
                                  f"{', '.join(names())}")
-            arg = f"{FLAG}={rest.pop(0)}"
-        if arg.startswith(FLAG + "="):
-            out.append(f"--flagfile={path(arg[len(FLAG) + 1:].strip())}")
-            found = True
-        else:
+            name = rest.pop(0)
+        if name is None:
             out.append(arg)
+        else:
+            out.append(f"--flagfile={path(name.strip())}")
+            found = True
     return out, found
+
+
+def _recipe_name(arg):
+    """The NAME of a ``--recipe`` argument; "" for the flag alone (its name follows); None
+    for any other argument."""
+    for flag in (FLAG, FLAG[1:]):
+        if arg == flag:
+            return ""
+        for separator in ("=", " "):
+            if arg.startswith(flag + separator):
+                return arg[len(flag) + 1:]
+    return None
 
 
 def expand(argv, read_flagfiles):
