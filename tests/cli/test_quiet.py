@@ -138,3 +138,32 @@ def test_an_imported_tensorflow_is_only_described(capfd):
     the import writes nothing and still returns the device line."""
     assert quiet.import_tensorflow() == device.describe()
     assert capfd.readouterr() == ("", "")
+
+
+def test_text_after_an_info_record_is_its_own_not_the_records():
+    """Python's logging and a traceback after an INFO record are shown, not dropped with
+    it (nor folded into the device line's reason after a GPU record)."""
+    captured = ("I0000 00:00:1.0  7 cuda_executor.cc:1] Could not find cuda drivers on your "
+                "machine, GPU will not be used.\n"
+                "WARNING:tensorflow:From x.py:3: something is deprecated\n"
+                "Traceback (most recent call last):\n"
+                "ValueError: boom\n")
+    lines, gpu_notes = quiet.sort(captured)
+    assert [line for line, _ in lines] == ["WARNING:tensorflow:From x.py:3: something is "
+                                           "deprecated", "Traceback (most recent call last):",
+                                           "ValueError: boom"]
+    assert gpu_notes == ["Could not find cuda drivers on your machine, GPU will not be used."]
+
+
+def test_a_crash_while_captured_still_reports_on_the_real_stderr(tmp_path):
+    """An abort (a FATAL record's end) runs no cleanup: Python's fault report still reaches
+    the real stderr, and what was captured stays in a file in the temporary folder."""
+    code = ("import os\nfrom tfseg.cli import quiet\nwith quiet._captured():\n"
+            "    os.write(2, b'F0000 00:00:1.0  7 x.cc:1] Check failed: a mismatch\\n')\n"
+            "    os.abort()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=_env(TMPDIR=str(tmp_path)), timeout=120)
+    assert proc.returncode != 0
+    assert "Fatal Python error: Aborted" in proc.stderr, proc.stderr
+    kept = list(tmp_path.glob("tfseg-start-up-*.log"))
+    assert len(kept) == 1 and "Check failed: a mismatch" in kept[0].read_text()

@@ -21,6 +21,7 @@ Example:
 """
 
 import contextlib
+import faulthandler
 import os
 import re
 import sys
@@ -30,9 +31,11 @@ import tempfile
 # older TensorFlow one ("2024-01-01 12:00:00.000001: W file.cc:12] text").
 _RECORD = re.compile(r"(?:(?P<a>[IWEF])\d{4} [\d:.]+\s+\d+ |"
                      r"\d{4}-\d\d-\d\d [\d:.]+: (?P<b>[IWEF]) )(?P<where>\S+:\d+)\] (?P<text>.*)")
-# Python's own warnings ("x.py:3: UserWarning: ...") start text of their own, not a
-# continuation of the record before them.
-_PYTHON_WARNING = re.compile(r"\S+:\d+: \w*Warning: ")
+# Lines that start text of their own, never a continuation of the record before them:
+# Python's warnings ("x.py:3: UserWarning: ..."), its logging ("WARNING:tensorflow:..."),
+# a traceback, a fatal error's report.
+_OWN_TEXT = re.compile(r"\S+:\d+: \w*Warning: |[A-Z]+:[\w.]*:|Traceback \(most recent call|"
+                       r"Fatal Python error|Segmentation fault|\w+(Error|Exception)\b")
 # absl's notice that it is not initialised yet: a start-up line.
 _ABSL_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called"
 # What an INFO record about GPUs says that explains finding none ("Could not find cuda
@@ -63,7 +66,7 @@ def sort(text):
             chunks.append([match["a"] or match["b"], line, [], match["text"]])
         elif line.startswith(_ABSL_NOTICE) or not line.strip():
             continue
-        elif chunks and chunks[-1][0] and not _PYTHON_WARNING.match(line):
+        elif chunks and chunks[-1][0] and not _OWN_TEXT.match(line):
             chunks[-1][2].append(line.strip())
         else:
             chunks.append([None, line, [], line])
@@ -84,13 +87,20 @@ def sort(text):
 
 @contextlib.contextmanager
 def _captured():
-    """File descriptor 2 into a temporary file while in the block; yields a list that
-    holds the text once the block ends. On an exception all of it is shown first."""
+    """File descriptor 2 into a file while in the block; yields a list that holds the text
+    once the block ends. On an exception all of it is shown first. A crash that ends the
+    process at once (a FATAL record's abort, a segfault) runs no cleanup: Python's fault
+    handler writes its traceback to the real stderr, and what TensorFlow wrote stays in
+    ``tfseg-start-up-*.log`` in the temporary folder."""
     caught = []
     sys.stderr.flush()
-    with tempfile.TemporaryFile() as sink:
+    handler_was_on = faulthandler.is_enabled()
+    with tempfile.NamedTemporaryFile(prefix="tfseg-start-up-", suffix=".log",
+                                     delete=False) as sink:
         saved = os.dup(2)
         os.dup2(sink.fileno(), 2)
+        if not handler_was_on:  # one already on (a test runner's) keeps its own file
+            faulthandler.enable(file=saved)
         try:
             yield caught
         except BaseException:
@@ -99,8 +109,11 @@ def _captured():
             sys.stderr.write(sink.read().decode(errors="replace"))
             raise
         finally:
+            os.unlink(sink.name)
             sys.stderr.flush()
             os.dup2(saved, 2)
+            if not handler_was_on:
+                faulthandler.disable()
             os.close(saved)
         sink.seek(0)
         caught.append(sink.read().decode(errors="replace"))
