@@ -100,7 +100,7 @@ def expand(argv, read_flagfiles):
 
     Args:
       argv: the command line, ``sys.argv``'s form.
-      read_flagfiles: absl's ``FLAGS.read_flags_from_files``: the arguments (without the
+      read_flagfiles: the command's flag reader (absl's ``read_flags_from_files``): the arguments (without the
         program name) with each ``--flagfile=`` replaced by its file's flags.
 
     Raises:
