@@ -100,8 +100,9 @@ def expand(argv, read_flagfiles):
 
     Args:
       argv: the command line, ``sys.argv``'s form.
-      read_flagfiles: the command's flag reader (absl's ``read_flags_from_files``): the arguments (without the
-        program name) with each ``--flagfile=`` replaced by its file's flags.
+      read_flagfiles: the command's flag reader (absl's ``read_flags_from_files``): the
+        arguments (without the program name) with each ``--flagfile=`` replaced by its
+        file's flags.
 
     Raises:
       InputError: an unknown recipe (one line listing the recipes), or recipes that
