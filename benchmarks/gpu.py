@@ -52,7 +52,7 @@ VARIANT_ROWS = ("stock", "memory_saving", "recompute")
 # norm A/B's rows, named SETTING=VALUE).
 CPU_ROWS = {("513x513 b2", "stock"), ("513x513 b2", "memory_saving"),
             ("513x513 b2", "recompute"), ("513x513 b2", "memory_saving_layout_off"),
-            ("1024x2048 b1", "recompute_bf16")}
+            ("1024x2048 b1", "recompute_bf16"), ("1024x2048 b1", "memory_saving_xla")}
 
 
 def child(kind, spec, env=None, timeout=1800.0):
@@ -101,10 +101,14 @@ def rows(args):
                                            recompute_blocks=tuple(DEFAULT_RECOMPUTE))}
         for name in VARIANT_ROWS:
             out.append((label, name, steps[name], True))
+        for name in ("stock", "memory_saving"):  # the whole step compiled by XLA
+            out.append((label, f"{name}_xla", steps[name].replace(jit_compile=True), True))
         if label.startswith("1024x2048"):
             for name in VARIANT_ROWS:
                 out.append((label, f"{name}_bf16",
                             steps[name].replace(dtype_policy="mixed_bfloat16"), True))
+            out.append((label, "memory_saving_bf16_xla", steps["memory_saving"].replace(
+                dtype_policy="mixed_bfloat16", jit_compile=True), True))
         else:
             for name in ("stock", "memory_saving"):
                 out.append((label, f"{name}_layout_off", steps[name], False))
@@ -231,7 +235,10 @@ def combine(runs):
 
     keys = ("peak_over_base_bytes", "base_bytes", "step_seconds")
     out = {**runs[0], **{k: statistics.median(r[k] for r in runs) for k in keys},
-           "processes": len(runs), "step_seconds_by_process": [r["step_seconds"] for r in runs]}
+           "processes": len(runs), "step_seconds_by_process": [r["step_seconds"] for r in runs],
+           # The first step of each fresh process, in order: the first pays the driver's
+           # compilation of TF's PTX, later ones read its cache (CUDA_CACHE_PATH).
+           "warmup_seconds_by_process": [r["warmup_seconds"] for r in runs]}
     busy = [r["gpu_utilisation_percent"] for r in runs if r["gpu_utilisation_percent"] is not None]
     out["gpu_utilisation_percent"] = statistics.median(busy) if busy else None
     return out

@@ -24,6 +24,7 @@ from tfseg.cli import modes, quiet, usage
 from tfseg.config import Config, flag_table
 from tfseg.config.names import BUILTIN_BACKBONE
 from tfseg.errors import InputError, NonFiniteLoss
+from tfseg.runtime import caches
 
 PROG = "tfseg"
 HELP = ("--help", "-h", "--helpfull", "--helpshort", "-?")
@@ -52,6 +53,7 @@ def config_from_flags():
     """The one place where flags become a ``Config``."""
     config = Config.from_flags({name: FLAGS[name].value for name in flag_table()})
     if config.run.mode not in modes.NO_TENSORFLOW:
+        caches.warm_start()  # read when TensorFlow and CUDA start
         # The device, named once: a broken CUDA install would train on the CPU unnoticed.
         print(quiet.import_tensorflow(FLAGS.verbose), flush=True)
     if config.run.init_checkpoint and config.run.mode not in (*modes.NO_TENSORFLOW, "convert"):

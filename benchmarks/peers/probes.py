@@ -1,0 +1,97 @@
+"""What torch_deeplab.py measures beside the step: the parameter count against tfseg's,
+and GPU busy % by NVML. torch_model is imported only when counting (torch, timm).
+
+    import probes                                    # beside this file
+    probes.params_line(21)   # {"kind": "params", "torch": {...}, "tfseg": {...}, "ratio": 1.0}
+    with probes.Busy() as busy: ...                  # busy.mean(): mean GPU:0 %, None without NVML
+"""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ISSUE_TFSEG_PARAMS = 41.26e6  # issue 45's figure, where tfseg cannot be built here
+# tfseg's parts of the same network, in a CPU-only process (no TF start-up on the GPU).
+TFSEG_COUNT = """
+import json, collections
+from tfseg.models.deeplab import deeplab_v3_plus, part_of
+m = deeplab_v3_plus({classes}, width_multiplier=1.0, middle_repeats=16)
+parts = collections.Counter()
+for layer in m.layers:
+    parts[part_of(layer.name, 16) or "other"] += sum(
+        int(w.numpy().size) for w in layer.trainable_weights)
+print(json.dumps({{"all_weights": m.count_params(), "total": sum(parts.values()), "parts": parts}}))
+"""
+
+
+def tfseg_params(classes):
+    """tfseg's {"total", "parts", "source"}; the issue's figure where tfseg won't build."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+    errors = []
+    for python in dict.fromkeys([sys.executable, os.path.join(ROOT, ".venv", "bin", "python")]):
+        try:
+            proc = subprocess.run([python, "-c", TFSEG_COUNT.format(classes=classes)], cwd=ROOT,
+                                  env=env, capture_output=True, text=True, timeout=300)
+            if proc.returncode == 0:
+                return dict(json.loads(proc.stdout.splitlines()[-1]), source=python)
+            errors.append((proc.stderr.strip().splitlines() or ["no output"])[-1])
+        except (OSError, subprocess.TimeoutExpired) as e:
+            errors.append(str(e))
+    return {"all_weights": ISSUE_TFSEG_PARAMS, "total": None, "parts": None,
+            "source": f"issue 45's figure (tfseg not built here: {errors[0]})"}
+
+
+def params_line(classes):
+    import torch_model  # beside this file
+
+    ours, theirs = torch_model.parts(torch_model.DeepLabV3Plus(classes)), tfseg_params(classes)
+    if theirs["total"]:  # trainable against trainable
+        ratio = ours["total"] / theirs["total"]
+    else:  # the issue's figure is Keras' count_params: BN statistics included
+        ratio = (ours["total"] + ours["norm_statistics"]) / theirs["all_weights"]
+    line = {"kind": "params", "torch": ours, "tfseg": theirs, "ratio": round(ratio, 4),
+            "agree_within_2_percent": abs(ratio - 1) <= 0.02}
+    if theirs["parts"]:
+        p = theirs["parts"]
+        tf_backbone = sum(p.get(k, 0) for k in ("entry_flow", "middle_flow", "exit_flow"))
+        line["difference"] = {"backbone": ours["backbone"] - tf_backbone,
+                              "aspp": ours["aspp"] - p.get("aspp", 0),
+                              "decoder": ours["decoder"] - p.get("decoder", 0)}
+    if not line["agree_within_2_percent"]:
+        line["why"] = ("the networks differ by more than 2%: see `difference` (torch minus "
+                       "tfseg, by part); timm's xception65 is the backbone as timm builds it")
+    return line
+
+
+class Busy:
+    """GPU:0's utilisation %, sampled by NVML every 50 ms while entered; None without it."""
+
+    def __init__(self):
+        self.samples, self.handle, self._stop = [], None, threading.Event()
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self.nvml, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:  # no NVML, no driver (the CPU): nothing to sample
+            pass
+
+    def _run(self):
+        while not self._stop.wait(0.05):
+            self.samples.append(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
+
+    def __enter__(self):
+        if self.handle is not None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        if self.handle is not None:
+            self._stop.set()
+            self._thread.join()
+
+    def mean(self):
+        return round(sum(self.samples) / len(self.samples), 1) if self.samples else None
