@@ -12,8 +12,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 # The image has no zstd binary: the zstandard wheel decompresses (a 2 GiB window for --long=31).
 cat /tmp/tfparts/part_* | PYTHONPATH=/tmp/site python3 -c "import sys, zstandard
 zstandard.ZstdDecompressor(max_window_size=2**31).copy_stream(sys.stdin.buffer, sys.stdout.buffer)" | tar -x -C /tmp/site
-cp -f /tmp/site/nvidia/cuda_runtime/lib/libcudart.so.12 /tmp/cudalib/
-cp -f "$G"/stubs/*.so.* /tmp/cudalib/              # cuFFT/cuSOLVER/cuSPARSE: dlopen only
+cp -f "$G"/stubs/*.so.* /tmp/cudalib/    # libcudart 12; cuFFT/cuSOLVER/cuSPARSE stubs: dlopen only
 ROOTS="/usr/local /opt /usr/lib /usr/lib64"
 DIRS=""
 link() { local f; f=$(find $ROOTS \( -name "$1" -o -name "$1.*" \) 2>/dev/null | head -1)
