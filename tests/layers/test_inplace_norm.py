@@ -278,3 +278,22 @@ def test_fused_norm_option_picks_the_form_and_each_matches_stock(norm_form):
     assert not FUSED_OPS & step_op_types(twin, tf.zeros(shape, "float64"))
     with pytest.raises(ValueError, match="fused norm form"):
         fused_norm.use("maybe")
+
+
+@pytest.mark.parametrize("unbiased", [float("nan"), float("inf"), 0.0])
+def test_a_single_value_per_channel_has_variance_zero_whatever_the_kernel_returns(unbiased):
+    # cuDNN's unbiased variance of one value per channel (image pooling at batch 1) is
+    # 0 * 1 / 0; the CPU kernel's is 0. The biased variance is 0 either way, and the
+    # correction of more values is still (n - 1) / n.
+    one = fused_norm.biased_variance(tf.constant([unbiased, unbiased]), tf.constant(1.0))
+    np.testing.assert_array_equal(one.numpy(), [0.0, 0.0])
+    many = fused_norm.biased_variance(tf.constant([4.0, 8.0]), tf.constant(4.0))
+    np.testing.assert_allclose(many.numpy(), [3.0, 6.0])
+
+
+@pytest.mark.parametrize("path", ["fused", "unfused"])
+def test_batch_norm_twin_of_one_value_per_channel_matches_stock(path):
+    # x - mean is 0 exactly, so dx is 0 plus rounding times 1 / sqrt(epsilon) (up to 32).
+    kwargs = dict(momentum=0.9, epsilon=EPSILONS[path])
+    compare(keras.layers.BatchNormalization(**kwargs), InplaceBatchNormalization(**kwargs),
+            (1, 1, 1, 5), True, rtol=1e-4, atol=1e-4)

@@ -72,12 +72,25 @@ def forward(x, gamma, beta, epsilon):
     out = tf.raw_ops.FusedBatchNormV3(
         x=tf.cast(x, tf.float32), scale=gamma, offset=beta, mean=empty, variance=empty, epsilon=epsilon,
         exponential_avg_factor=1.0, data_format="NHWC", is_training=True)
-    # The kernel returns the unbiased variance (for TF1's moving average); Keras
-    # averages the biased one. For a single value per channel both are 0.
     count = tf.cast(tf.reduce_prod(tf.shape(x)[:-1]), tf.float32)
-    variance = out.batch_variance * ((count - 1) / tf.maximum(count, 1))
+    variance = biased_variance(out.batch_variance, count)
     reserve = (out.reserve_space_1, out.reserve_space_2, out.reserve_space_3)
     return out.y, out.batch_mean, variance, reserve
+
+
+def biased_variance(unbiased, count):
+    """The biased variance Keras averages, from the kernel's unbiased one (TF1's moving
+    average wants that) over `count` values per channel.
+
+    A single value per channel (the ASPP's image pooling at batch 1) has variance 0.
+    The CPU kernel returns 0 for it, but cuDNN's unbiased variance is 0 * 1 / (1 - 1),
+    not finite, so the correction is not applied there: on a GPU it made every gradient
+    NaN at the first step (the full-resolution recipe with batch norm, 2026-11-28).
+
+        biased_variance(tf.constant([float("nan")]), 1.0)   # [0.]
+    """
+    corrected = unbiased * ((count - 1) / tf.maximum(count, 1))
+    return tf.where(count > 1, corrected, tf.zeros_like(corrected))
 
 
 def rebuild_scale(gamma, variance, epsilon):

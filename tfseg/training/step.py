@@ -1,5 +1,7 @@
 """The distributed training step: ``strategy.run`` of forward, backward and update."""
 
+import contextlib
+
 import keras
 import tensorflow as tf
 
@@ -52,8 +54,62 @@ def _after(tensor, gradients):
     return tensor + tf.cast(tf.reduce_sum(flat[:1]) * 0, tensor.dtype)
 
 
+def selects(optimizer, variables):
+    """Whether ``make_train_step`` can skip ``optimizer``'s non-finite updates by select
+    (no host round trip): plain Keras SGD (any momentum, Nesterov or not) whose every
+    write goes through its ``assign`` / ``assign_add`` / ``assign_sub`` and the
+    iteration counter: no decoupled weight decay, EMA, gradient accumulation,
+    constraints or overwrite-with-gradient variables (each writes a variable directly).
+    """
+    return (type(optimizer) is keras.optimizers.SGD and optimizer.weight_decay is None
+            and not optimizer.use_ema and not optimizer.gradient_accumulation_steps
+            and all(getattr(v, "constraint", None) is None
+                    and not getattr(v, "overwrite_with_gradient", False) for v in variables))
+
+
+@contextlib.contextmanager
+def _writes_kept_unless(optimizer, finite):
+    """While entered, ``optimizer``'s writes keep each variable's value unless ``finite``.
+
+    Keras optimizers write through these three methods ("to support backend specific
+    optimizations"). Unless ``finite``, an assign writes the old value back, an add adds
+    -0.0 and a subtraction subtracts +0.0: both leave every float as it was (-0.0 and
+    NaN included), where a +0.0 added would turn -0.0 into +0.0. A finite step runs
+    Keras' own ops on the same values, so its weights are bit-identical. Set on the
+    instance around ``strategy.run`` (a tf.function trace), restored after.
+    """
+    def tf_variable(variable):
+        return variable.value if isinstance(variable, keras.Variable) else variable
+
+    def assign(variable, value):
+        variable = tf_variable(variable)
+        variable.assign(tf.where(finite, tf.cast(value, variable.dtype), variable.value()))
+
+    def assign_add(variable, value):
+        variable = tf_variable(variable)
+        value = tf.cast(value, variable.dtype)
+        variable.assign_add(tf.where(finite, value, tf.constant(-0.0, variable.dtype)))
+
+    def assign_sub(variable, value):
+        variable = tf_variable(variable)
+        value = tf.cast(value, variable.dtype)
+        variable.assign_sub(tf.where(finite, value, tf.constant(0.0, variable.dtype)))
+
+    hooks = {"assign": assign, "assign_add": assign_add, "assign_sub": assign_sub}
+    before = {name: optimizer.__dict__.get(name) for name in hooks}
+    optimizer.__dict__.update(hooks)
+    try:
+        yield
+    finally:
+        for name, previous in before.items():  # back to what it was: the class's methods
+            if previous is None:
+                del optimizer.__dict__[name]
+            else:
+                optimizer.__dict__[name] = previous
+
+
 def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False,
-                    weight_decay=0.0, decayed=(), accum_steps=1):
+                    weight_decay=0.0, decayed=(), accum_steps=1, guard="cond"):
     """A tf.function: one distributed batch -> (loss, finite flag, replica 0's predictions).
 
     A batch is (images uint8 [B, H, W, 3], labels int32 [B, H, W]), as
@@ -64,13 +120,22 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
     The loss is ``loss_fn``'s plus, with ``decayed`` kernels, ``l2_penalty``:
     each replica adds its share, so the summed gradients hold it once.
 
-    Gradients are computed in one ``strategy.run`` and applied in a second one
-    only when the loss and every gradient on every replica are finite, so a NaN
-    never reaches the weights or the momentum. The ``tf.cond`` sits in the
-    cross-replica context because tf.distribute cannot ``merge_call`` (which
+    Gradients are computed in one ``strategy.run`` and applied in a second one;
+    unless the loss and every gradient on every replica are finite, the update
+    leaves the weights, the momentum and ``optimizer.iterations`` as they were.
+    ``guard``: "select" writes ``tf.where(finite, new, old)`` to each (``selects``
+    says which optimizers it covers); "cond" applies the update in a ``tf.cond``,
+    whose predicate a GPU must copy to the host (``Switch`` and ``If`` take it in
+    host memory). "auto": "select" where it covers the optimizer, else "cond".
+    "cond" is the default because it measured faster: on an H200 (2026-11-28,
+    `benchmarks/device/guard_check.py`, memory saving, 513x513, batch 2) the select
+    form took 0.051 s a step against the cond's 0.046 s (its extra pass over the
+    weights and slots), and with either the call returned only at the step's end, so
+    the predicate's trip to the host kept no step from being queued. The cond sits in
+    the cross-replica context because tf.distribute cannot ``merge_call`` (which
     ``apply_gradients`` does) from a cond inside a replica. Under ``mixed_float16``
-    the ``LossScaleOptimizer`` does its own skipping of overflowing steps, so only
-    the loss is checked. The caller stops the run on a non-finite loss.
+    the ``LossScaleOptimizer`` does its own skipping of overflowing steps (with a
+    cond), so only the loss is checked. The caller stops the run on a non-finite loss.
 
     ``step`` (an int64 variable) counts applied updates: it moves by exactly as
     much as ``optimizer.iterations``, which drives the learning-rate schedule
@@ -95,8 +160,14 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
     if accum_steps < 1:
         raise ValueError(f"accum_steps must be >= 1, got {accum_steps}")
     loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-    placed = isinstance(model, PlacedModel)  # split across devices (tfseg.split)
     variables = model.trainable_variables
+    if guard not in ("auto", "select", "cond"):
+        raise ValueError(f'guard must be "auto", "select" or "cond", got {guard!r}')
+    select = selects(optimizer, variables) and guard != "cond"
+    if guard == "select" and not select:
+        raise ValueError(f"guard='select' does not cover {type(optimizer).__name__} as "
+                         f"configured (tfseg.training.step.selects)")
+    placed = isinstance(model, PlacedModel)  # split across devices (tfseg.split)
 
     def forward_backward(images, labels, count=None, after=None):
         """(loss, gradients, logits) of one (micro-)batch; ``after``: gradients to wait for."""
@@ -143,8 +214,20 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
         predictions = loss_fn.classes(logits, tf.shape(micro[-1][0])[1:3])
         return loss, 1 - tf.cast(finite, tf.int32), grads, predictions
 
-    def update(grads):
-        optimizer.apply_gradients(zip(grads, variables))
+    def update(grads, finite=None):
+        if finite is None:
+            optimizer.apply_gradients(zip(grads, variables))
+            return
+        if not optimizer.built:  # its slots' initial values must not wait for the check
+            with keras.name_scope(optimizer.name, caller=optimizer):
+                optimizer.build(variables)
+        # Nothing of the update runs before the check, as in a cond: else the executor
+        # reads every momentum slot and scales it (m * momentum needs no gradient) at
+        # the step's start, and a slot-sized copy of each waits through the backward pass
+        # (MirroredStrategy's merge_call keeps the dependency: mirrored_run.py).
+        with tf.control_dependencies([finite]):
+            optimizer.apply_gradients(zip(grads, variables))  # counted: not if skipped
+            optimizer.iterations.assign_add(tf.cast(finite, tf.int64) - 1)
 
     @tf.function(jit_compile=jit_compile)
     def train_step(batch):
@@ -158,6 +241,9 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
         before = tf.identity(optimizer.iterations.value)
         if loss_scaled:
             strategy.run(update, args=(grads,))
+        elif select:
+            with _writes_kept_unless(optimizer, finite):
+                strategy.run(update, args=(grads, finite))
         else:
             tf.cond(finite, lambda: strategy.run(update, args=(grads,)), lambda: None)
         # Automatic control dependencies order this read after the update above.
