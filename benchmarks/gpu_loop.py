@@ -261,6 +261,9 @@ def main(argv=None):
                        f"on the CPU")
     args.card = (tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
                  if gpus else "CPU (dry run, tiny shapes)")
+    # This process reads the runs' event files with TensorFlow ops: on the GPU they would
+    # take its memory from the next run (on an H200 the 769x769 run ran out, 2026-11-28).
+    tf.config.set_visible_devices([], "GPU")
     data_dir = args.data_dir or os.path.join(tempfile.gettempdir(),
                                              f"tfseg_gpu_loop_{images}_{height}x{width}")
     try:
