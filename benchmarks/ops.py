@@ -25,13 +25,14 @@ JSON. `--guard=cond` traces the update under the `tf.cond` it used before
 (`tfseg.training.step.make_train_step`'s `guard`). Bad arguments: one line, exit 2.
 """
 
-import argparse
 import collections
 import json
 import os
 import re
 import sys
 import time
+
+import refusal  # beside this file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -173,7 +174,7 @@ def growth(counts, key, base="stock", variant="memory_saving", top=10):
 
 def parse(argv):
     """The arguments, checked: a bad one is one line on stderr and exit 2."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = refusal.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cpu", action="store_true",
                         help="tiny: width 0.25, 1 middle unit, 65x65, batch 2")
     parser.add_argument("--size", help="HEIGHT,WIDTH (default 513,513; --cpu 65,65)")

@@ -74,15 +74,16 @@ def test_rows_and_parity_choose_the_measurements_in_the_order_given():
     args = argparse.Namespace(cpu=False, rows=None, parity=None, timed_steps=5,
                                   norm_setting="fused_norm")
     every = [(size, name) for size, name, _, _ in gpu.rows(args)]
-    assert ("1024x2048 b1", "memory_saving_bf16") in every and len(every) == 13
+    assert ("1024x2048 b1", "memory_saving_bf16") in every and len(every) == 18
     # The network of docs/benchmarks.md's CPU column: the full Xception-65, not the
     # synthetic default (the first H100 run measured that by mistake).
     from tfseg.profile.step import StepConfig
 
-    for _, _, step, _ in gpu.rows(args):
+    for _, name, step, _ in gpu.rows(args):
         config = StepConfig.from_json(step)
         assert (config.run.model.width_multiplier, config.run.model.middle_repeats,
                 config.num_classes) == (1.0, 16, 21)
+        assert config.run.run.jit_compile == name.endswith("_xla")  # the whole step, by XLA
     args.rows = ["1024x2048 b1:recompute", "stock"]
     chosen = [(size, name) for size, name, _, _ in gpu.rows(args)]
     assert chosen == [("1024x2048 b1", "recompute"), ("513x513 b2", "stock"),
