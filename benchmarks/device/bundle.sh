@@ -1,5 +1,5 @@
 #!/bin/bash
-# CPU side, no device time (about 10 minutes on 2 cores): everything a lent GPU machine needs
+# CPU side, no device time (about 30 minutes on 2 loaded cores): everything a lent GPU machine needs
 # to run tfseg, which its image lacks (TensorFlow, Keras), in parts a device call can carry
 # (64 MiB a call, working tree included).
 #   DEST/part_00..04  TF 2.21 cp312, the wheel unpacked without tensorflow/include,
