@@ -10,9 +10,10 @@ import json
 import os
 import subprocess
 import sys
-import threading
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import gpu_child  # noqa: E402  (benchmarks/, not a package; its imports are the stdlib's)
 ISSUE_TFSEG_PARAMS = 41.26e6  # issue 45's figure, where tfseg cannot be built here
 # tfseg's parts of the same network, in a CPU-only process (no TF start-up on the GPU).
 TFSEG_COUNT = """
@@ -66,32 +67,6 @@ def params_line(classes):
     return line
 
 
-class Busy:
-    """GPU:0's utilisation %, sampled by NVML every 50 ms while entered; None without it."""
-
-    def __init__(self):
-        self.samples, self.handle, self._stop = [], None, threading.Event()
-        try:
-            import pynvml
-            pynvml.nvmlInit()
-            self.nvml, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
-        except Exception:  # no NVML, no driver (the CPU): nothing to sample
-            pass
-
-    def _run(self):
-        while not self._stop.wait(0.05):
-            self.samples.append(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
-
-    def __enter__(self):
-        if self.handle is not None:
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        if self.handle is not None:
-            self._stop.set()
-            self._thread.join()
-
-    def mean(self):
-        return round(sum(self.samples) / len(self.samples), 1) if self.samples else None
+# GPU:0's utilisation %, sampled by NVML every 50 ms while entered (`.mean()`, None
+# without NVML): gpu.py's own sampler, so that both sides of the comparison read it alike.
+Busy = gpu_child.Utilisation
