@@ -9,8 +9,8 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# The benchmarks a user runs (gpu_child.py is gpu.py's, gpu_table.py and refusal.py are
-# modules). memory.py and input_pipeline.py import TensorFlow before parsing.
+# The benchmarks a user runs (gpu_child.py is gpu.py's; gpu_table.py, loop_sampler.py and
+# refusal.py are modules). memory.py and input_pipeline.py import TensorFlow before parsing.
 COMMANDS = ("export", "gpu", "gpu_loop", "gpu_readiness", "input_pipeline", "memory", "ops",
             "rewrite", "split")
 
@@ -18,7 +18,7 @@ COMMANDS = ("export", "gpu", "gpu_loop", "gpu_readiness", "input_pipeline", "mem
 def test_every_benchmark_command_is_checked():
     found = {name[:-3] for name in os.listdir(os.path.join(ROOT, "benchmarks"))
              if name.endswith(".py")}
-    assert found - set(COMMANDS) == {"gpu_child", "gpu_table", "refusal"}
+    assert found - set(COMMANDS) == {"gpu_child", "gpu_table", "loop_sampler", "refusal"}
 
 
 @pytest.mark.parametrize("name", COMMANDS)
