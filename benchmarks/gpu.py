@@ -12,7 +12,8 @@ Measures, each in a fresh process:
 - the allocator's peak over base and the step time of stock, memory saving and recompute
   at 513x513 batch 2 and 1024x2048 batch 1, and the `mixed_bfloat16` rows at full
   resolution, in interleaved rounds (stock, memory saving, recompute, stock, ...);
-- Grappler's layout optimizer off against on (stock and memory saving, 513x513 b2);
+- Grappler's layout optimizer off against on (stock and memory saving, 513x513 b2;
+  memory saving in `mixed_bfloat16` at full resolution);
 - the batch-norm twin's two forms, `--fused_norm=true` (TF's fused kernels) and `false`
   (the unfused ops), at 513x513 b2 (`--norm_setting` names another setting; without one
   the A/B is skipped, with a note);
@@ -109,6 +110,9 @@ def rows(args):
                             steps[name].replace(dtype_policy="mixed_bfloat16"), True))
             out.append((label, "memory_saving_bf16_xla", steps["memory_saving"].replace(
                 dtype_policy="mixed_bfloat16", jit_compile=True), True))
+            # Grappler turns float32 and bfloat16 training graphs NCHW with transposes.
+            out.append((label, "memory_saving_bf16_layout_off", steps["memory_saving"].replace(
+                dtype_policy="mixed_bfloat16"), False))
         else:
             for name in ("stock", "memory_saving"):
                 out.append((label, f"{name}_layout_off", steps[name], False))

@@ -14,6 +14,9 @@ traced for one batch, never run. What is counted:
   branches, while bodies, nested tf.functions; `tf.custom_gradient` and
   `tf.recompute_grad` add none: their ops are in the graph itself);
 - `total_ops`: the two together;
+- `live_ops`: `total_ops` less the graph's dead ops, those no output, control output or
+  stateful op depends on (`tf.custom_gradient` leaves zeros for gradients nobody reads):
+  what a call runs before Grappler's rewrites;
 - with `--grappler`, `grappler_ops`: the nodes (graph and functions) after Grappler's
   default passes, as `tf_optimizer.OptimizeGraph` runs them on this machine's devices,
   fetching the outputs and every stateful op (the runtime runs the same passes at the
@@ -67,7 +70,7 @@ def count_ops(graph, layers=()):
       graph: a `tf.Graph` (a concrete function's `.graph`).
       layers: layer names (not the model's own) to group the graph's ops by (`unit_of`).
 
-    Returns a dict: `graph_ops`, `function_ops`, `total_ops`, `functions` (how many),
+    Returns a dict: `graph_ops`, `function_ops`, `total_ops`, `live_ops`, `functions` (how many),
     `by_type` {op type: count, graph and functions}, `by_unit` {unit: count; a function
     body counts as "function:<name less its number>"}, `by_unit_type` {"unit type": count}.
 
@@ -91,8 +94,27 @@ def count_ops(graph, layers=()):
         by_unit[f"function:{_SUFFIX.sub('', function.signature.name)}"] += len(nodes)
     return {"graph_ops": len(ops), "function_ops": function_ops,
             "total_ops": len(ops) + function_ops, "functions": len(library),
+            "live_ops": len(live(graph)) + function_ops,
             "by_type": dict(by_type), "by_unit": dict(by_unit),
             "by_unit_type": dict(by_unit_type)}
+
+
+def live(graph):
+    """The graph's ops that a call runs: those its outputs, its control outputs or a
+    stateful op (an assignment, a random op) depend on, through data and control inputs.
+    The rest (e.g. zeros made for gradients nobody reads) never run."""
+    roots = [t.op for t in getattr(graph, "outputs", [])]
+    roots += list(getattr(graph, "control_outputs", []))
+    roots += [op for op in graph.get_operations() if op._is_stateful]
+    seen, stack = set(), list(roots)
+    while stack:
+        op = stack.pop()
+        if op in seen:
+            continue
+        seen.add(op)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+    return seen
 
 
 def build(config, guard):
@@ -223,13 +245,16 @@ def main(argv=None):
           f"{args.size[0]}x{args.size[1]}, batch {args.batch}, {args.classes} classes, "
           f"guard {args.guard}")
     print(f"{'variant':<14}{'graph_ops':>10}{'function_ops':>14}{'total_ops':>11}"
-          f"{'x stock':>9}{'grappler_ops':>14}{'x stock':>9}{'trace s':>9}")
+          f"{'x stock':>9}{'live_ops':>10}{'x stock':>9}{'grappler_ops':>14}{'x stock':>9}"
+          f"{'trace s':>9}")
     for v, c in counts.items():
         after = c.get("grappler_ops")
         grappler = (f"{after:>14,}{after / counts['stock']['grappler_ops']:>9.3f}"
                     if after else f"{'-':>14}{'-':>9}")
         print(f"{v:<14}{c['graph_ops']:>10,}{c['function_ops']:>14,}{c['total_ops']:>11,}"
-              f"{c['total_ops'] / stock:>9.3f}{grappler}{c['trace_seconds']:>9.1f}")
+              f"{c['total_ops'] / stock:>9.3f}{c['live_ops']:>10,}"
+              f"{c['live_ops'] / counts['stock']['live_ops']:>9.3f}{grappler}"
+              f"{c['trace_seconds']:>9.1f}")
     if "memory_saving" in counts:
         for key, title in (("by_type", "op type"), ("by_unit", "unit"),
                            ("by_unit_type", "unit and op type")):
@@ -239,9 +264,12 @@ def main(argv=None):
     summary = {"size": list(args.size), "batch": args.batch, "width_multiplier": args.width,
                "middle_repeats": args.middle, "num_classes": args.classes, "guard": args.guard,
                "counts": {v: {k: c.get(k) for k in ("graph_ops", "function_ops", "total_ops",
-                                                     "functions", "grappler_ops", "trace_seconds")}
+                                                     "live_ops", "functions", "grappler_ops",
+                                                     "trace_seconds")}
                           for v, c in counts.items()},
                "ratio_to_stock": {v: round(c["total_ops"] / stock, 4) for v, c in counts.items()},
+               "live_ratio_to_stock": {v: round(c["live_ops"] / counts["stock"]["live_ops"], 4)
+                                       for v, c in counts.items()},
                "graph_ratio_to_stock": {v: round(c["graph_ops"] / counts["stock"]["graph_ops"], 4)
                                         for v, c in counts.items()}}
     print(json.dumps(summary))

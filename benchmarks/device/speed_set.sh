@@ -1,19 +1,28 @@
 #!/bin/bash
 # Device side: issue 45's speed set in its priority order, on one lent GPU, after setup.sh.
 # Every stage writes its results under OUT as it goes, so a call cut short keeps them.
-#   bash benchmarks/device/speed_set.sh SECONDS      # the wall-clock budget for all stages
+#   bash benchmarks/device/speed_set.sh SECONDS [STAGE,...]   # budget for the stages named
+#   bash benchmarks/device/speed_set.sh 540 first    # call 1: full, torch, loop
+#   bash benchmarks/device/speed_set.sh 540 second   # call 2, warm machine: xla, bf16, dilated, largest
 # Stages, each bounded by what is left:
-#   1. stock and memory saving at 1024x2048 b1 (benchmarks/gpu.py); each process's first
-#      step is the warm start, the second reading the driver's cache the first filled
-#   2. the PyTorch peer on the same card (benchmarks/peers/torch_deeplab.py)
-#   3. the real loop, `tfseg --mode=train` on PNG files (benchmarks/gpu_loop.py)
-#   4. XLA: the whole step compiled, memory saving and stock
+#   full     stock and memory saving at 1024x2048 b1 (benchmarks/gpu.py); each process's
+#            first step is the warm start, the second reading the driver's cache the first filled
+#   torch    the PyTorch peer on the same card (benchmarks/peers/torch_deeplab.py)
+#   loop     the real loop, `tfseg --mode=train` on PNG files (benchmarks/gpu_loop.py)
+#   xla      the whole step compiled, memory saving and stock
+#   bf16     memory saving in mixed_bfloat16, Grappler's layout optimizer on and off
+#   dilated  the dilated depthwise conv's three forms alone (benchmarks/dilated.py)
+#   largest  the largest batch at 1024x2048 under --memory_budget_gb=22, measured (report)
 set -u
 BUDGET=${1:-540}; START=$(date +%s); OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+STAGES=${2:-full,torch,loop,xla,bf16,dilated,largest}
+STAGES=${STAGES/first/full,torch,loop}; STAGES=${STAGES/second/xla,bf16,dilated,largest}
+want() { [[ ",$STAGES," == *",$1,"* ]]; }
 . /tmp/tfenv.sh
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 stage() {  # stage NAME CAP command...: runs the command for at most min(CAP, what is left)
-  local name=$1 cap=$2; shift 2; local t; t=$(left); [ "$t" -gt "$cap" ] && t=$cap
+  local name=$1 cap=$2; shift 2; want "$name" || return 0
+  local t; t=$(left); [ "$t" -gt "$cap" ] && t=$cap
   if [ "$t" -lt 30 ]; then echo "== $name: skipped, ${t}s left" | tee -a "$OUT/stages.txt"; return; fi
   echo "== $name: up to ${t}s (at $(( $(date +%s) - START ))s)" | tee -a "$OUT/stages.txt"
   timeout -k 5 "$t" "$@" 2>&1 | grep -v '^[IW]0000' | tee -a "$OUT/log.txt" | tail -4
@@ -33,4 +42,10 @@ stage loop 170 python3 benchmarks/gpu_loop.py --out "$OUT/gpu_loop.jsonl" --max_
 # XLA compiles the whole step for minutes (over 225 s on an H200, 2026-11-28): last but one.
 stage xla 330 python3 benchmarks/gpu.py --repeats 1 --parity --max_minutes 5.4 \
   --out_dir "$OUT/xla" --rows '1024x2048 b1:memory_saving_xla' '1024x2048 b1:stock_xla'
+stage bf16 150 python3 benchmarks/gpu.py --repeats 1 --max_minutes 2.4 --out_dir "$OUT/bf16" \
+  --rows '1024x2048 b1:memory_saving_bf16' '1024x2048 b1:memory_saving_bf16_layout_off'
+stage dilated 60 python3 benchmarks/dilated.py --out "$OUT/dilated.jsonl"
+stage largest 240 python3 main.py --mode=report --model_dir "$OUT/largest" --crop_size=1024,2048 \
+  --batch_size=1 --width_multiplier=1 --middle_repeats=16 --memory_budget_gb=22 \
+  --report_variants=stock,memory_saving,recompute --report_repeats=1 --report_max_minutes=3.5
 cat "$OUT/stages.txt"

@@ -74,7 +74,8 @@ def test_rows_and_parity_choose_the_measurements_in_the_order_given():
     args = argparse.Namespace(cpu=False, rows=None, parity=None, timed_steps=5,
                                   norm_setting="fused_norm")
     every = [(size, name) for size, name, _, _ in gpu.rows(args)]
-    assert ("1024x2048 b1", "memory_saving_bf16") in every and len(every) == 18
+    assert ("1024x2048 b1", "memory_saving_bf16") in every and len(every) == 19
+    assert ("1024x2048 b1", "memory_saving_bf16_layout_off") in every
     # The network of docs/benchmarks.md's CPU column: the full Xception-65, not the
     # synthetic default (the first H100 run measured that by mistake).
     from tfseg.profile.step import StepConfig

@@ -30,6 +30,24 @@ def test_a_conds_branches_count_as_function_ops_once_each():
     assert counts["by_type"]["StatelessIf"] == 2
 
 
+def test_live_ops_leave_out_what_no_output_or_state_needs():
+    v = tf.Variable(1.0)
+
+    @tf.function
+    def f(x):
+        tf.zeros([3]) + 1.0  # dead: nothing reads it
+        v.assign_add(x)  # stateful: runs though nothing reads it
+        return x * 2.0
+
+    graph = f.get_concrete_function(tf.constant(1.0)).graph
+    names = {op.type for op in ops.live(graph)}
+    assert not {"Fill", "AddV2"} & names
+    assert {"AssignAddVariableOp", "Mul"} <= names
+    counts = ops.count_ops(graph)
+    assert counts["live_ops"] < counts["total_ops"]
+    assert counts["live_ops"] == len(ops.live(graph))
+
+
 def test_an_op_belongs_to_its_deepest_layers_unit_forward_and_backward():
     layers = {"deeplab_v3_plus", "exit_block2_sepconv3_depthwise_recompute",
               "exit_block2_sepconv3_depthwise_bn", "aspp_branches"}
@@ -73,4 +91,5 @@ def test_the_tiny_steps_are_counted_and_memory_saving_has_more_ops(capsys):
     ratio = summary["ratio_to_stock"]["memory_saving"]
     assert ratio == pytest.approx(saving["total_ops"] / stock["total_ops"], abs=1e-4)
     assert ratio > 1
+    assert saving["live_ops"] <= saving["total_ops"]
     assert "memory_saving - stock, by unit:" in out

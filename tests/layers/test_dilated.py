@@ -20,7 +20,7 @@ SHAPE = (2, 97, 129, 4)  # a sum of 25,000 terms per filter tap
 def shifted_taps(monkeypatch):
     """The dilated twins take the shifted taps wherever they apply (not only where
     TF's space-to-batch copy would be large)."""
-    monkeypatch.setattr(dilated, "MIN_COPY_RATIO", 0.0)
+    monkeypatch.setattr(dilated, "MIN_COPY_RATIO", {"CPU": 0.0, "GPU": 0.0})
 
 
 @pytest.fixture(params=sorted(HALF))

@@ -23,7 +23,8 @@ CASES = {
 def dilated_form(request, monkeypatch):
     """Runs a test with each form of the dilated twins: the shifted taps (wherever
     they apply) and TF's space-to-batch (never the taps)."""
-    monkeypatch.setattr(dilated, "MIN_COPY_RATIO", 0.0 if request.param == "shifted" else np.inf)
+    ratio = 0.0 if request.param == "shifted" else np.inf
+    monkeypatch.setattr(dilated, "MIN_COPY_RATIO", {"CPU": ratio, "GPU": ratio})
     return request.param
 
 

@@ -280,14 +280,17 @@ def test_fused_norm_option_picks_the_form_and_each_matches_stock(norm_form):
         fused_norm.use("maybe")
 
 
+@pytest.mark.parametrize("count", [tf.constant, float], ids=["dynamic", "static"])
 @pytest.mark.parametrize("unbiased", [float("nan"), float("inf"), 0.0])
-def test_a_single_value_per_channel_has_variance_zero_whatever_the_kernel_returns(unbiased):
+def test_a_single_value_per_channel_has_variance_zero_whatever_the_kernel_returns(unbiased,
+                                                                                   count):
     # cuDNN's unbiased variance of one value per channel (image pooling at batch 1) is
     # 0 * 1 / 0; the CPU kernel's is 0. The biased variance is 0 either way, and the
-    # correction of more values is still (n - 1) / n.
-    one = fused_norm.biased_variance(tf.constant([unbiased, unbiased]), tf.constant(1.0))
+    # correction of more values is still (n - 1) / n. The count is a tensor where the
+    # batch's shape is dynamic, a number where it is static.
+    one = fused_norm.biased_variance(tf.constant([unbiased, unbiased]), count(1.0))
     np.testing.assert_array_equal(one.numpy(), [0.0, 0.0])
-    many = fused_norm.biased_variance(tf.constant([4.0, 8.0]), tf.constant(4.0))
+    many = fused_norm.biased_variance(tf.constant([4.0, 8.0]), count(4.0))
     np.testing.assert_allclose(many.numpy(), [3.0, 6.0])
 
 

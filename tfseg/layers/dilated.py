@@ -24,10 +24,18 @@ spatial sizes must be static.
 import tensorflow as tf
 
 
-# Below this, TF's space-to-batch form is kept: its copy is small, and its kernel
-# 2-3x faster than the shifted taps on this CPU (measured fwd + bwd: rate 2 at
-# 33x33x1536, rate 6 at 64x128x2048); at rate 18 on 33x33 the taps are as fast.
-MIN_COPY_RATIO = 2.0
+# Below this copy ratio, TF's space-to-batch form is kept, per device type: its copy is
+# small, and on the CPU its kernel 2-3x faster than the shifted taps (measured fwd + bwd:
+# rate 2 at 33x33x1536, rate 6 at 64x128x2048); at rate 18 on 33x33 the taps are as
+# fast. The GPU's entry is the CPU's until `benchmarks/dilated.py` has run on one: its
+# figures set it (docs/memory-saving.md, "The dilated depthwise path").
+MIN_COPY_RATIO = {"CPU": 2.0, "GPU": 2.0}
+
+
+def device_type():
+    """"GPU" where TensorFlow sees one (the step runs there), else "CPU"."""
+    return "GPU" if tf.config.list_logical_devices("GPU") else "CPU"
+
 
 # Half-precision sums run in float32, over this many chunks of the channels one after
 # another: a float32 running sum and term of a quarter of the channels take less than
@@ -48,15 +56,18 @@ def copy_ratio(in_hw, kernel_hw, dilation_rate, padding):
     return ratio
 
 
-def usable(layer, shape):
+def usable(layer, shape, min_copy_ratio=None):
     """True where the shifted form applies and pays: `layer` (a DepthwiseConv2D) runs
     at stride 1, dilated, depth multiplier 1, on a static size, and TF's copy would
-    be at least `MIN_COPY_RATIO` times its input."""
+    be at least `min_copy_ratio` (default: `MIN_COPY_RATIO` of this process's
+    `device_type()`) times its input."""
     if (tuple(layer.strides) != (1, 1) or tuple(layer.dilation_rate) == (1, 1)
             or layer.depth_multiplier != 1 or None in tuple(shape[1:3])):
         return False
+    if min_copy_ratio is None:
+        min_copy_ratio = MIN_COPY_RATIO[device_type()]
     return copy_ratio(shape[1:3], layer.kernel_size, layer.dilation_rate,
-                      layer.padding) >= MIN_COPY_RATIO
+                      layer.padding) >= min_copy_ratio
 
 
 def offsets(kernel_hw, dilation_rate, pads):
@@ -113,7 +124,8 @@ def _shift_sum(src, weights, shifts, out_hw):
             with tf.control_dependencies(previous):
                 term = tf.pad(src[:, y0 + a:y1 + a, x0 + b:x1 + b, c0:c1],
                               [[0, 0], [y0, out_hw[0] - y1], [x0, out_hw[1] - x1], [0, 0]])
-                term = tf.cast(term, acc) * tf.cast(w[c0:c1], acc)
+                whole = (c0, c1) == (0, src.shape[3])
+                term = tf.cast(term, acc) * tf.cast(w if whole else w[c0:c1], acc)
                 total = term if total is None else total + term
             previous = [total]
         if total is None:
@@ -125,8 +137,10 @@ def _shift_sum(src, weights, shifts, out_hw):
 
 def _taps(kernel, dilation_rate, pads):
     """([each tap's per-channel weights], [its offset]) of a [kh, kw, C, 1] kernel."""
-    taps = offsets(kernel.shape[:2], dilation_rate, pads)
-    return [kernel[i, j, :, 0] for (i, j), _ in taps], [shift for _, shift in taps]
+    (kh, kw), taps = kernel.shape[:2], offsets(kernel.shape[:2], dilation_rate, pads)
+    # One unstack, where a slice per tap would add four ops each.
+    weights = tf.unstack(tf.reshape(kernel, [kh * kw, kernel.shape[2]]))
+    return [weights[i * kw + j] for (i, j), _ in taps], [shift for _, shift in taps]
 
 
 def depthwise(x, kernel, dilation_rate, pads):

@@ -41,7 +41,7 @@ def _depthwise(layer, inputs, activation, pad):
     strides = [1, *layer.strides, 1]
     kernel = ops.cast(layer.kernel, layer.compute_dtype)
     if dilated.usable(layer, inputs.shape):
-        return _finish(layer, _shifted_depthwise(layer, inputs, kernel, activation, pad))
+        return _finish(layer, shifted_depthwise(layer, inputs, kernel, activation, pad))
     padding, explicit, pad = _explicit(layer, pad)
 
     def conv(t, k):
@@ -67,8 +67,10 @@ def _depthwise(layer, inputs, activation, pad):
                                     pad=pad, name=layer.name, **grads))
 
 
-def _shifted_depthwise(layer, inputs, kernel, activation, pad):
-    """A dilated depthwise conv without space-to-batch (`tfseg.layers.dilated`)."""
+def shifted_depthwise(layer, inputs, kernel, activation=None, pad=None):
+    """`layer`'s dilated depthwise conv (a DepthwiseConv2D's settings) of `inputs` without
+    space-to-batch (`tfseg.layers.dilated`), keeping only `inputs` (`lean_conv`); no bias.
+    `benchmarks/dilated.py` times it against TF's form."""
     rate, kernel_hw = tuple(layer.dilation_rate), tuple(layer.kernel_size)
     pads = ([(0, 0), (0, 0)] if layer.padding == "valid"
             else dilated.same_pads(kernel_hw, rate))

@@ -68,11 +68,13 @@ def forward(x, gamma, beta, epsilon):
     Half-precision x is cast to float32 first, as the stock layer does: both
     kernels then run in float32, so `backward` gets a reserve of its own dtype.
     """
-    empty = tf.zeros([0], tf.float32)
+    empty = tf.constant([], tf.float32)  # one op, where tf.zeros makes three
     out = tf.raw_ops.FusedBatchNormV3(
         x=tf.cast(x, tf.float32), scale=gamma, offset=beta, mean=empty, variance=empty, epsilon=epsilon,
         exponential_avg_factor=1.0, data_format="NHWC", is_training=True)
-    count = tf.cast(tf.reduce_prod(tf.shape(x)[:-1]), tf.float32)
+    static = x.shape[:-1]
+    count = (float(static.num_elements()) if static.is_fully_defined()
+             else tf.cast(tf.reduce_prod(tf.shape(x)[:-1]), tf.float32))
     variance = biased_variance(out.batch_variance, count)
     reserve = (out.reserve_space_1, out.reserve_space_2, out.reserve_space_3)
     return out.y, out.batch_mean, variance, reserve
@@ -84,13 +86,16 @@ def biased_variance(unbiased, count):
 
     A single value per channel (the ASPP's image pooling at batch 1) has variance 0.
     The CPU kernel returns 0 for it, but cuDNN's unbiased variance is 0 * 1 / (1 - 1),
-    not finite, so the correction is not applied there: on a GPU it made every gradient
-    NaN at the first step (the full-resolution recipe with batch norm, 2026-11-28).
+    not finite, so its factor (n - 1) / n = 0 is applied by `multiply_no_nan`, whose
+    product with 0 is 0 whatever the other factor: a plain product made every gradient
+    NaN at the first step on a GPU (the full-resolution recipe with batch norm).
+    `count` is a number where the shape is static (no ops) or a float32 tensor.
 
         biased_variance(tf.constant([float("nan")]), 1.0)   # [0.]
     """
-    corrected = unbiased * ((count - 1) / tf.maximum(count, 1))
-    return tf.where(count > 1, corrected, tf.zeros_like(corrected))
+    factor = ((count - 1) / max(count, 1) if isinstance(count, (int, float))
+              else (count - 1) / tf.maximum(count, 1))
+    return tf.math.multiply_no_nan(unbiased, tf.cast(factor, unbiased.dtype))
 
 
 def rebuild_scale(gamma, variance, epsilon):
