@@ -125,7 +125,8 @@ def build(config, guard):
 
     from tfseg.profile.step import build_model, build_step
     from tfseg.runtime import builders
-    from tfseg.training import losses
+    from tfseg.split import split_for_run
+    from tfseg.training import losses, optim
     from tfseg.training.step import make_train_step
 
     if guard == "cond":
@@ -138,11 +139,11 @@ def build(config, guard):
     with strategy.scope():
         model = build_model(config, norm)
         loss = losses.for_model(model, run.optim.class_weights)
-        model = builders.split(run, model, loss)
-        optimizer = builders.optimizer(run, model)
+        model = split_for_run(run, model, loss, overhead=lambda: 0)
+        optimizer = optim.optimizer(run, model)
         counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     step = make_train_step(strategy, model, optimizer, loss, counter, run.run.jit_compile,
-                           *builders.l2_weight_decay(run, model),
+                           *optim.l2_weight_decay(run, model),
                            accum_steps=run.optim.grad_accum_steps, guard=guard)
     return model, step
 

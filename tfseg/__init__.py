@@ -8,6 +8,7 @@ Example:
     import tfseg
     model = tfseg.deeplab_v3_plus(num_classes=19, width_multiplier=0.25, middle_repeats=2)
     lean = tfseg.rewrite(model)                  # the same maths, less training memory
+    plain = tfseg.rewrite(model, tfseg.RewriteOptions(fuse_separable=False))
     tfseg.train(train_steps=20, model_dir="runs/try")
     tfseg.evaluate(model_dir="runs/try")["miou"]
 
@@ -27,6 +28,7 @@ _API = {
     "deeplab_v3_plus": "tfseg.models",
     "from_research_deeplab": "tfseg.models",
     "rewrite": "tfseg.memory",
+    "RewriteOptions": "tfseg.memory",
     "train": "tfseg.api",
     "evaluate": "tfseg.api",
     "predict": "tfseg.api",

@@ -16,6 +16,7 @@ from tests.train.conftest import run_main
 from tfseg.config import Config
 from tfseg.deploy import Request, serving_function, tflite
 from tfseg.deploy.run import export_size
+from tfseg.errors import InputError
 from tfseg.models import deeplab_v3_plus, normalize
 
 ONNX_MODULES = ("tf2onnx", "onnx", "onnxruntime")
@@ -102,6 +103,12 @@ def test_export_size_defaults_to_a_size_the_model_maps_exactly(data_dir, tmp_pat
     # The validation images' shared size (64x96 here), read from their headers.
     assert size(data_dir=data_dir) == (64, 96)
     assert size(data_dir=data_dir, export_size=(97, 129)) == (97, 129)
+    assert size(data_dir=data_dir, export_size=(16, 16)) == (16, 16)
+    for small in ((1, 1), (15, 129)):  # less than one feature pixel at output stride 16
+        with pytest.raises(InputError, match=rf"^--export_size: {small[0]},{small[1]} is "
+                                             r"smaller than the output stride \(16\); give at "
+                                             r"least 16,16$"):
+            size(data_dir=data_dir, export_size=small)
     # No data set on disk: the training crop, rounded to the nearest exact size.
     missing = str(tmp_path / "missing")
     assert size(data_dir=missing, crop_size=(129, 129)) == (128, 128)

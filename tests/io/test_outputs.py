@@ -205,3 +205,28 @@ def test_a_swap_that_fails_half_way_puts_the_old_folder_back(tmp_path, monkeypat
         with outputs.replaced_folder(str(tmp_path / "export")) as new:
             _write(new, {"model.keras": "new"})
     assert _tree(tmp_path) == before
+
+
+# A folder that root cannot write either (sysfs), where this machine has one.
+UNWRITABLE = "/sys/kernel"
+
+
+def _unwritable():
+    try:
+        outputs.require_writable(UNWRITABLE, "--x")
+    except InputError:
+        return True
+    return False
+
+
+def test_a_folder_files_cannot_be_written_in_is_refused_naming_its_flag(tmp_path):
+    outputs.require_writable(str(tmp_path / "new" / "report"), "--report_dir")
+    assert not (tmp_path / "new").exists()  # nothing made by the check
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(InputError, match=r"^--report_dir: .*file is a file, not a folder"):
+        outputs.require_writable(str(tmp_path / "file" / "report"), "--report_dir")
+    if not _unwritable():
+        pytest.skip(f"{UNWRITABLE} is writable here")
+    with pytest.raises(InputError, match=rf"^--report_dir: cannot write in {UNWRITABLE}: "):
+        outputs.require_writable(f"{UNWRITABLE}/tfseg/report", "--report_dir")

@@ -118,7 +118,7 @@ def test_a_folded_residual_keeps_the_sum_not_the_norms_output():
     assert memory.changes(model).residual == [("n", "add")]
     x = tf.constant(np.random.RandomState(0).randn(4, 16, 64).astype("float32"))
     row = 4 * 16 * 64 * 4
-    unfolded = memory.rewrite(model, fold_residual=False)
+    unfolded = memory.rewrite(model, memory.RewriteOptions(fold_residual=False))
     assert kept_bytes(unfolded, x) - kept_bytes(memory.rewrite(model), x) >= row
 
 

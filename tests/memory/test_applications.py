@@ -98,7 +98,8 @@ def test_squeeze_excite_products_are_folded_into_the_projection_conv():
     new = memory.rewrite(model)
     assert "block2a_se_excite" not in {layer.name for layer in new.layers}
     assert isinstance(new.get_layer("block2a_project_conv"), ActivationConv2D)
-    unscaled = memory.rewrite(model, fuse_relu_conv=False)  # the same but these
+    # The same but these:
+    unscaled = memory.rewrite(model, memory.RewriteOptions(fuse_relu_conv=False))
     images = tf.constant(np.random.RandomState(0).rand(2, size, size, 3).astype("float32"))
     products = sum(4 * int(np.prod(layer.output.shape[1:])) * 2 for layer in model.layers
                    if layer.name.endswith("_se_excite"))

@@ -84,7 +84,7 @@ def test_an_unregistered_block_and_a_pair_that_cannot_fuse_stay_stock():
     assert memory.changes(model_of(Renamed(name="mlp"))).kept_stock == [
         ("mlp", "fc1 -> fc2 is not a stock Dense pair with an elementwise activation between")]
     summary = memory.changes(model_of(Mlp(activation="softmax", name="mlp")),
-                             fuse_relu_conv=False)
+                             memory.RewriteOptions(fuse_relu_conv=False))
     assert summary.kept_stock == [] and summary.inside == {}
-    new = memory.rewrite(model_of(Mlp(name="mlp")), fuse_relu_conv=False)
+    new = memory.rewrite(model_of(Mlp(name="mlp")), memory.RewriteOptions(fuse_relu_conv=False))
     assert ActivationDense not in {type(layer) for layer in new._flatten_layers()}

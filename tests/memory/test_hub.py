@@ -184,7 +184,7 @@ def test_segformers_mit_blocks_are_rebuilt_with_their_twins_and_stay_exact(float
     # The decoder's resized maps go into its fuse conv (tests/memory/test_nested_concat.py),
     # exact to float32 only (TF's bilinear resize): here the blocks alone, exact.
     assert any(isinstance(l, ResizedConcatConv2D) for l in memory.rewrite(model)._flatten_layers())
-    new = memory.rewrite(model, lean_upsampling=False)
+    new = memory.rewrite(model, memory.RewriteOptions(lean_upsampling=False))
     kinds = collections.Counter(type(l) for l in new._flatten_layers())
     assert kinds[LeanSegFormerAttention] == kinds[LeanMixFFN] == 4  # one block a stage
     fused = [l for l in new._flatten_layers() if isinstance(l, ActivationDense)]
@@ -217,8 +217,8 @@ import keras_hub
 FIRST_HUB = "import keras_hub, tfseg.memory\n"
 TWIN = """
 from keras_hub.src.models.mit.mit_layers import MixFFN
-from tfseg.memory import blocks
-print(blocks.twin(MixFFN(8, 32), {"fuse_relu_conv"})[0].__module__)
+from tfseg.memory import RewriteOptions, blocks
+print(blocks.twin(MixFFN(8, 32), RewriteOptions.none().replace(fuse_relu_conv=True))[0].__module__)
 """
 
 

@@ -92,7 +92,8 @@ def test_anything_else_stays_as_it_is(case):
              "also_read": lambda: task(backbone(), also_read=True),
              "also_output": lambda: task(backbone(), also_output=True),
              "switched_off": lambda: task(backbone())}[case]()
-    options = {"lean_upsampling": False} if case == "switched_off" else {}
+    options = ({"options": memory.RewriteOptions(lean_upsampling=False)}
+               if case == "switched_off" else {})
     assert memory.changes(model, **options).upsampled == []
     new = memory.rewrite(model, **options)
     assert type(new.get_layer("classes")) is not UpsampledConv2D

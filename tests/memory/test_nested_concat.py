@@ -70,7 +70,8 @@ def test_the_rewritten_decoder_does_not_keep_the_concatenation():
 @pytest.mark.parametrize("case", ["not_1x1", "also_read", "switched_off"])
 def test_anything_else_stays_as_it_is(case):
     model = decoder(kernel=3 if case == "not_1x1" else 1, also_read=case == "also_read")
-    options = {"lean_upsampling": False} if case == "switched_off" else {}
+    options = ({"options": memory.RewriteOptions(lean_upsampling=False)}
+               if case == "switched_off" else {})
     assert memory.changes(model, **options).upsampled == []
     new = memory.rewrite(model, **options)
     assert not any(isinstance(l, ResizedConcatConv2D) for l in new._flatten_layers())

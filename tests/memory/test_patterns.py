@@ -118,7 +118,7 @@ def test_a_norm_before_a_residual_add_keeps_the_sum_not_its_output(norm, float64
     images = tf.constant(np.random.RandomState(0).randn(2, 9, 7, 4))
     assert_same_training_step(model, new, images)
     np.testing.assert_allclose(new(images, training=False), model(images, training=False))
-    unfolded = memory.rewrite(model, fold_residual=False)
+    unfolded = memory.rewrite(model, memory.RewriteOptions(fold_residual=False))
     assert {"add1", "add2"} <= {layer.name for layer in unfolded.layers}
     activation = 2 * 9 * 7 * 6 * 8  # float64
     assert kept_bytes(new, images) == kept_bytes(unfolded, images) - 2 * activation
@@ -155,7 +155,7 @@ def test_a_block_output_relu_read_by_a_conv_and_the_next_add_is_not_kept(float64
     assert_same_training_step(model, new, images)
     assert_same_training_step(model, new, images, compiled=False)
     np.testing.assert_allclose(new(images, training=False), model(images, training=False))
-    unfused = memory.rewrite(model, fuse_relu_conv=False)
+    unfused = memory.rewrite(model, memory.RewriteOptions(fuse_relu_conv=False))
     assert "out1" in {layer.name for layer in unfused.layers}
     activation = 2 * 7 * 5 * 6 * 8  # float64
     assert kept_bytes(new, images) == kept_bytes(unfused, images) - activation

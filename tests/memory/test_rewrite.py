@@ -146,8 +146,8 @@ def test_rewrite_without_separable_fusion_uses_the_single_layer_twins(output_str
     expected = stock_step(output_stride, norm)
     stock = load(deeplab_v3_plus(5, output_stride=output_stride, norm=norm, dropout=0.0, **TINY),
                  expected.weights)
-    new = memory.rewrite(stock, fuse_separable=False)
-    summary = memory.changes(stock, fuse_separable=False)
+    new = memory.rewrite(stock, memory.RewriteOptions(fuse_separable=False))
+    summary = memory.changes(stock, memory.RewriteOptions(fuse_separable=False))
     fused = dict(summary.fused)
     # ReLU->depthwise: 3 per unit with a leading ReLU (entry 1-3, 2 middle, exit 1), and
     # the ReLUs joining separable convs in exit block 2 (2) and the decoder (1).
@@ -174,8 +174,9 @@ def test_rewrite_without_separable_fusion_uses_the_single_layer_twins(output_str
 def test_rewrite_without_relu_depthwise_fusion_keeps_those_pairs_stock(float64):
     expected = stock_step(16, "batch")
     stock = load(deeplab_v3_plus(5, dropout=0.0, **TINY), expected.weights)
-    new = memory.rewrite(stock, fuse_separable=False, fuse_relu_depthwise=False)
-    summary = memory.changes(stock, fuse_separable=False, fuse_relu_depthwise=False)
+    unfused = memory.RewriteOptions(fuse_separable=False, fuse_relu_depthwise=False)
+    new = memory.rewrite(stock, unfused)
+    summary = memory.changes(stock, unfused)
     # Only ReLU -> Conv2D pairs fuse: exit block 2 (3), ASPP (3), decoder (2), the
     # stem's conv2, entry block 1's shortcut and the logits.
     fused = dict(summary.fused)
@@ -328,9 +329,10 @@ def test_a_relu_used_by_convs_and_relus_is_fused_into_each_and_not_made(float64)
     out = keras.layers.Add()([shortcut, keras.layers.Conv2D(5, 1, name="pw")(
         keras.layers.BatchNormalization(name="d_bn")(d))])
     model = keras.Model(x, out)
-    found = memory.changes(model, fuse_separable=False)
+    unfused = memory.RewriteOptions(fuse_separable=False)
+    found = memory.changes(model, unfused)
     assert ("r", "shortcut") in found.fused and "r" not in {layer.name for layer in memory.rewrite(
-        model, fuse_separable=False).layers}
+        model, unfused).layers}
     new = memory.rewrite(model)  # the separable conv recomputes from bn's output too
     assert "r" not in {layer.name for layer in new.layers}
     images = tf.constant(np.random.RandomState(0).randn(2, 9, 11, 4))

@@ -10,6 +10,7 @@ from tfseg.config import Config
 from tfseg.layers import InplaceBatchNormalization, InplaceGroupNormalization
 from tfseg.models import deeplab_v3_plus, freeze_norms
 from tfseg.runtime import builders, checkpoints, state as state_lib
+from tfseg.training import optim
 from tfseg.training.losses import PixelLoss
 from tfseg.training.step import make_train_step
 from tests.conftest import TINY
@@ -104,18 +105,18 @@ def test_freezing_keeps_the_variables_and_drops_norm_slots(tmp_path):
     norm_params = {w.path for w in models[0].trainable_variables} - {
         w.path for w in models[1].trainable_variables}
     assert norm_params and all(p.endswith(("/gamma", "/beta")) for p in norm_params)
-    decayed = {v.path for v in builders.decayed_kernels(models[0])}
-    assert decayed == {v.path for v in builders.decayed_kernels(models[1])}
+    decayed = {v.path for v in optim.decayed_kernels(models[0])}
+    assert decayed == {v.path for v in optim.decayed_kernels(models[1])}
 
     rng = np.random.default_rng(0)
     batch = (tf.constant(rng.integers(0, 256, (2, 33, 33, 3)), tf.uint8),
              tf.constant(rng.integers(0, 3, (2, 33, 33)), tf.int32))
     runs = []
     for c, model, folder in zip((config, frozen_config), models, ("a", "b")):
-        optimizer = builders.optimizer(c, model)
+        optimizer = optim.optimizer(c, model)
         step = tf.Variable(0, dtype=tf.int64)
         train = make_train_step(tf.distribute.get_strategy(), model, optimizer, PixelLoss(),
-                                step, False, *builders.l2_weight_decay(c, model))
+                                step, False, *optim.l2_weight_decay(c, model))
         ckpts = checkpoints.Checkpoints(model, str(tmp_path / folder), optimizer=optimizer,
                                         step=step)
         runs.append((model, optimizer, step, train, ckpts))

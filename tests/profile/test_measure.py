@@ -35,9 +35,9 @@ def single_layer_twins(config):
     """`separable_stack` with each layer replaced by its own twin (no separable
     fusion): output-only norms, ReLU fused into the depthwise conv. Measured as
     "stock" (it is rewritten already)."""
-    from tfseg.memory import rewrite
+    from tfseg.memory import RewriteOptions, rewrite
 
-    return rewrite(separable_stack(config), fuse_separable=False)
+    return rewrite(separable_stack(config), RewriteOptions(fuse_separable=False))
 
 
 SMALL = StepConfig.of(builder=(__name__, "separable_stack"), height=128, width=128, batch=2,

@@ -181,3 +181,18 @@ def test_a_sigterm_while_verifying_writes_the_report_so_far_marked_partial(tmp_p
     assert "Partial report" in (out / "report.md").read_text()
     assert sorted(os.listdir(out)) == ["frontier.png", "parts.png", "parts_stacked.png",
                                        "report.json", "report.md"]
+
+
+def test_a_report_folder_it_cannot_write_is_refused_before_measuring(tmp_path):
+    from tests.command import run
+    from tests.io.test_outputs import UNWRITABLE, _unwritable
+
+    if not _unwritable():
+        pytest.skip(f"{UNWRITABLE} is writable here")
+    proc = run(*BUDGET_FLAGS, f"--model_dir={tmp_path / 'run'}",
+               f"--report_dir={UNWRITABLE}/tfseg-report")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0] == f"tfseg: error: --report_dir: cannot write in {UNWRITABLE}: " \
+                       "Permission denied"
+    assert "measur" not in proc.stdout  # it stopped before the first measurement

@@ -13,6 +13,7 @@ from tfseg import memory
 from tfseg.errors import InputError
 from tfseg.models import deeplab_v3_plus
 from tfseg.runtime import builders, checkpoints, state as state_lib
+from tfseg.training import optim
 from tfseg.config import Config
 from tfseg.training.losses import PixelLoss
 from tfseg.training.step import make_train_step
@@ -72,13 +73,13 @@ class _Run:
         keras.mixed_precision.set_global_policy(policy or self.config.run.dtype_policy)
         try:
             self.model = builders.model(self.config, 3)
-            self.optimizer = builders.optimizer(self.config, self.model)
+            self.optimizer = optim.optimizer(self.config, self.model)
         finally:
             keras.mixed_precision.set_global_policy("float32")
         self.step = tf.Variable(0, dtype=tf.int64)
         self.train_step = make_train_step(
             tf.distribute.get_strategy(), self.model, self.optimizer, PixelLoss(), self.step,
-            False, *builders.l2_weight_decay(self.config, self.model))
+            False, *optim.l2_weight_decay(self.config, self.model))
         self.ckpts = checkpoints.Checkpoints(self.model, str(model_dir), optimizer=self.optimizer,
                                              step=self.step)
 

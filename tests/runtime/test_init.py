@@ -22,13 +22,13 @@ def _model(classes, **settings):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """(folder, model): a 5-class run saved at step 7 with an optimizer."""
-    from tfseg.runtime import builders
+    from tfseg.training import optim
 
     model_dir = str(tmp_path_factory.mktemp("run"))
     model = _model(5)
     for w in model.weights:
         w.assign(w + 0.25)  # away from any initial value
-    optimizer = builders.optimizer(Config.from_flat(**SMALL), model)
+    optimizer = optim.optimizer(Config.from_flat(**SMALL), model)
     step = tf.Variable(7, dtype=tf.int64)
     checkpoints.Checkpoints(model, model_dir, optimizer=optimizer, step=step).save(7)
     return model_dir, model

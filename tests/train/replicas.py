@@ -22,6 +22,7 @@ import tensorflow as tf  # noqa: E402
 def train(strategy, norm, images, labels, steps=2):
     """(weights before, weights after, losses) of ``steps`` training steps."""
     from tfseg.runtime import builders
+    from tfseg.training import optim
     from tfseg.config import Config
     from tfseg.training.losses import PixelLoss
     from tfseg.training.step import make_train_step
@@ -35,7 +36,7 @@ def train(strategy, norm, images, labels, steps=2):
     keras.utils.set_random_seed(0)
     with strategy.scope():
         model = builders.model(config, 19, norm)
-        optimizer = builders.optimizer(config, model)
+        optimizer = optim.optimizer(config, model)
         step = tf.Variable(0, dtype=tf.int64)
     start = {v.path: v.numpy() for v in model.weights}
     loss = PixelLoss(config.optim.class_weights)

@@ -6,6 +6,7 @@ import glob
 import importlib.util
 import os
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -185,7 +186,14 @@ def test_predict_runs_an_exported_model_with_the_runs_classes(trained, exported,
 def test_predict_refuses_a_model_path_it_cannot_run_in_one_line(trained, tmp_path):
     image = tmp_path / "a.png"
     Image.fromarray(np.zeros((33, 49, 3), np.uint8)).save(image)
+    # A .tflite cut short, as a half-finished copy leaves it: TF's interpreter crashed on
+    # it (a segmentation fault, exit 139) before predict checked the file.
+    small = keras.Sequential([keras.Input((9, 11, 3)), keras.layers.Conv2D(256, 3),
+                              keras.layers.Conv2D(4, 1)])
+    whole = tf.lite.TFLiteConverter.from_keras_model(small).convert()
+    (tmp_path / "cut.tflite").write_bytes(whole[:len(whole) // 2])
     for path, message in ((tmp_path / "missing.tflite", "no such file or folder"),
+                          (tmp_path / "cut.tflite", "is not a whole .tflite file"),
                           (image, "is not an exported model predict runs: onnx, saved_model, tflite"),
                           (tmp_path, "is not an exported model predict runs")):
         proc = run_main("--mode=predict", f"--model_dir={trained[1]}", f"--model_path={path}",

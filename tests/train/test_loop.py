@@ -16,6 +16,7 @@ from tests.train.conftest import (TINY_FLAGS, checkpoint_steps, restored_step, r
                                   scalars, start_main, wait_for)
 from tfseg.config import Config
 from tfseg.runtime import builders, checkpoints
+from tfseg.training import optim
 
 
 def _losses(output):
@@ -113,7 +114,7 @@ def test_a_checkpoint_without_the_input_position_goes_on_at_its_step(tmp_path, d
     config = Config.from_flat(dataset="cityscapes", data_dir=data_dir, width_multiplier=0.25,
                               middle_repeats=1, crop_size=(64, 64), batch_size=2)
     model = builders.model(config, 19)
-    optimizer = builders.optimizer(config, model)
+    optimizer = optim.optimizer(config, model)
     step = tf.Variable(2, dtype=tf.int64)
     checkpoints.Checkpoints(model, str(tmp_path), optimizer=optimizer, step=step).save(2)
     run_main(f"--data_dir={data_dir}", f"--model_dir={tmp_path}", "--mode=train",

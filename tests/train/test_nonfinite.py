@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tfseg.config import Config
-from tfseg.runtime import builders
+from tfseg.training import optim
 from tfseg.training.losses import PixelLoss
 from tfseg.training.step import make_train_step, selects
 from tests.train.conftest import ROOT, main_env
@@ -34,10 +34,10 @@ def _built(guard, initial, config=CONFIG):
     """(model, optimizer, step counter, train step) from the weights ``initial``."""
     model = _model()
     model.set_weights(initial)
-    optimizer = builders.optimizer(config, model)
+    optimizer = optim.optimizer(config, model)
     step = tf.Variable(0, dtype=tf.int64)
     train_step = make_train_step(tf.distribute.get_strategy(), model, optimizer, PixelLoss(),
-                                 step, False, *builders.l2_weight_decay(config, model),
+                                 step, False, *optim.l2_weight_decay(config, model),
                                  guard=guard)
     return model, optimizer, step, train_step
 

@@ -13,6 +13,7 @@ import tensorflow as tf
 from tfseg.data import cityscapes, transforms
 from tfseg.errors import NonFiniteLoss
 from tfseg.runtime import builders, device
+from tfseg.training import optim
 from tfseg.training import outcomes
 from tfseg.config import Config
 from tfseg.training.losses import PixelLoss
@@ -32,7 +33,7 @@ def test_an_update_the_loss_scale_optimizer_skips_is_not_a_step(mixed_float16):
     config = Config.from_flat(width_multiplier=0.25, middle_repeats=1, dropout=0.0, warmup_steps=0,
                               train_steps=10, dtype_policy="mixed_float16")
     model = builders.model(config, 3)
-    optimizer = builders.optimizer(config, model)
+    optimizer = optim.optimizer(config, model)
     assert isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     step = tf.Variable(0, dtype=tf.int64)
     train_step = make_train_step(tf.distribute.get_strategy(), model, optimizer, PixelLoss(),
@@ -106,10 +107,10 @@ def _one_step(config, batch, initial):
     and the step's loss."""
     model = builders.model(config, 3)
     model.set_weights(initial)
-    optimizer = builders.optimizer(config, model)
+    optimizer = optim.optimizer(config, model)
     step = tf.Variable(0, dtype=tf.int64)
     train_step = make_train_step(tf.distribute.get_strategy(), model, optimizer, PixelLoss(),
-                                 step, False, *builders.l2_weight_decay(config, model))
+                                 step, False, *optim.l2_weight_decay(config, model))
     loss, _, _ = train_step(batch)
     return model, {v.path: v.numpy() for v in model.trainable_variables}, float(loss)
 
@@ -165,7 +166,7 @@ def test_l2_decay_under_loss_scaling_moves_the_kernels_as_in_float32(mixed_float
     initial = builders.model(Config.from_flat(**flat), 3).get_weights()
     model, decayed, _ = _one_step(Config.from_flat(**flat, weight_decay=wd), batch, initial)
     start = dict(zip((v.path for v in model.weights), initial))
-    kernels = [v.path for v in builders.decayed_kernels(model)]
+    kernels = [v.path for v in optim.decayed_kernels(model)]
     assert kernels
     for path in kernels:
         np.testing.assert_allclose(decayed[path] - start[path], -lr * wd * start[path],
@@ -184,12 +185,12 @@ def test_l2_decay_goes_through_momentum_and_decoupled_does_not(decay_type):
                               end_learning_rate=lr, momentum=m, weight_decay=wd,
                               weight_decay_type=decay_type)
     model = builders.model(config, 3)
-    optimizer = builders.optimizer(config, model)
+    optimizer = optim.optimizer(config, model)
     train_step = make_train_step(tf.distribute.get_strategy(), model, optimizer, PixelLoss(),
                                  tf.Variable(0, dtype=tf.int64), False,
-                                 *builders.l2_weight_decay(config, model))
+                                 *optim.l2_weight_decay(config, model))
     batch = (tf.zeros((2, 33, 33, 3), tf.uint8), tf.fill((2, 33, 33), 255))
-    kernels = builders.decayed_kernels(model)
+    kernels = optim.decayed_kernels(model)
     w0 = [k.numpy() for k in kernels]
     train_step(batch)
     w1 = [k.numpy() for k in kernels]
@@ -211,9 +212,9 @@ def test_each_l2_term_is_made_after_its_kernel_gradient():
                               weight_decay_type="l2")
     model = builders.model(config, 3)
     train_step = make_train_step(tf.distribute.get_strategy(), model,
-                                 builders.optimizer(config, model), PixelLoss(),
+                                 optim.optimizer(config, model), PixelLoss(),
                                  tf.Variable(0, dtype=tf.int64), False,
-                                 *builders.l2_weight_decay(config, model))
+                                 *optim.l2_weight_decay(config, model))
     specs = ((tf.TensorSpec((2, 33, 33, 3), tf.uint8), tf.TensorSpec((2, 33, 33), tf.int32)),)
     graph = train_step.get_concrete_function(*specs).graph
     # Not the optimizer's own (its scope): the update multiplies each 4-D momentum read too.
@@ -221,7 +222,7 @@ def test_each_l2_term_is_made_after_its_kernel_gradient():
              if op.type == "Mul" and len(op.outputs[0].shape) == 4
              and any(t.op.type == "ReadVariableOp" for t in op.inputs)
              and not op.name.startswith("sgd")]
-    assert len(terms) == len(builders.decayed_kernels(model)) > 10
+    assert len(terms) == len(optim.decayed_kernels(model)) > 10
 
     def after_the_backward_pass_starts(op):
         seen, todo = set(), [op]
@@ -300,7 +301,7 @@ def test_the_step_normalises_uint8_pixels_as_the_old_float_path_did(tmp_path):
     unrounded = float(loss_fn(labels, model(floats / 127.5 - 1.0, training=True)))
     step = tf.Variable(0, dtype=tf.int64)
     train_step = make_train_step(tf.distribute.get_strategy(), model,
-                                 builders.optimizer(config, model), loss_fn, step)
+                                 optim.optimizer(config, model), loss_fn, step)
     loss, finite, _ = train_step((pixels, labels))  # the loss before the update
     assert bool(finite) and int(step.numpy()) == 1
     assert float(loss) == pytest.approx(same_pixels, rel=1e-6)
@@ -312,10 +313,10 @@ def _accumulated_run(config, initial, batches):
     """(model, optimizer, step) after ``train_step`` on each of ``batches`` from ``initial``."""
     model = builders.model(config, 3)
     model.set_weights(initial)
-    optimizer = builders.optimizer(config, model)
+    optimizer = optim.optimizer(config, model)
     step = tf.Variable(0, dtype=tf.int64)
     train_step = make_train_step(tf.distribute.get_strategy(), model, optimizer, PixelLoss(),
-                                 step, False, *builders.l2_weight_decay(config, model),
+                                 step, False, *optim.l2_weight_decay(config, model),
                                  accum_steps=config.optim.grad_accum_steps)
     losses = [float(train_step(batch)[0]) for batch in batches]
     return model, optimizer, step, losses

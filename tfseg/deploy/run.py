@@ -42,9 +42,18 @@ def export_size(config):
     """``--export_size``, else the size the eval split's images share (the .tflite then
     takes them as they are), else the training crop rounded to the nearest size the
     model maps exactly (``InferenceConfig.pass_size``: k x output stride, + 1 for
-    ``--resize=align_corners``). Every format pads other sizes up to one (serving.py)."""
+    ``--resize=align_corners``). Every format pads other sizes up to one (serving.py).
+
+    Raises:
+      InputError: an ``--export_size`` side under the output stride: the model would
+        see less than one feature pixel.
+    """
     if config.run.export_size:
-        return tuple(config.run.export_size)
+        size, stride = tuple(config.run.export_size), config.model.output_stride
+        if min(size) < stride:
+            raise InputError(f"--export_size: {size[0]},{size[1]} is smaller than the output "
+                             f"stride ({stride}); give at least {stride},{stride}")
+        return size
     found = eval_image_size(config)
     if found:
         return tuple(found)

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from tfseg.deploy.registry import register, runner
 from tfseg.deploy.serving import CLASSES, INPUT, converter_failed, frozen_function, resized
+from tfseg.errors import InputError
 
 TFLITE_FILE = "model.tflite"
 
@@ -65,10 +66,43 @@ def write(model, folder, request):
             f"[1,{height},{width},3] -> {request.outputs()})")
 
 
+def check(path):
+    """Refuses a .tflite that is not whole, before a runtime opens it: TF's interpreter
+    reads the file's flatbuffer unchecked and a file cut short (a half-finished copy or
+    download) kills the process (a segmentation fault). TF's own pure-Python reader
+    (`tensorflow.lite.tools.flatbuffer_utils`) reads every table and vector of the
+    schema, and fails, in Python, on any that reaches past the end; buffers stored
+    after the flatbuffer (files over 2 GB) are checked against the file's size.
+
+    Raises:
+      InputError: one line naming the file and what is wrong with it.
+    """
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    def refuse(why):
+        return InputError(f"--model_path: {path} is not a whole .tflite file ({why}); "
+                          f"export it again")
+
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
+    if data[4:8] != b"TFL3":
+        raise refuse("no TFLite identifier: empty, cut short or another format")
+    try:
+        model = flatbuffer_utils.convert_bytearray_to_object(data)
+    except Exception:  # struct.error, IndexError, ValueError: a part out of bounds
+        raise refuse("cut short or damaged: a part of it reaches past its end") from None
+    if any(b.offset and b.offset + b.size > len(data) for b in model.buffers or ()):
+        raise refuse("cut short: its weights end past the file's end")
+    if not model.signatureDefs:
+        raise refuse("no signature: not a tfseg export")
+
+
 @runner("tflite", accepts=lambda path: path.endswith(".tflite") and os.path.isfile(path))
 def open_file(path):
     """Class ids at the image's size: resized to the file's input size (bilinear), run,
-    and the class map resized back (nearest), as docs/export.md tells a client to."""
+    and the class map resized back (nearest), as docs/export.md tells a client to. The
+    file is checked first (`check`)."""
+    check(path)
     signature = tf.lite.Interpreter(model_path=path).get_signature_runner()
     size = tuple(int(n) for n in signature.get_input_details()[INPUT]["shape"][1:3])
 

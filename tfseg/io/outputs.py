@@ -227,6 +227,24 @@ def require_folder(path, flag):
         raise InputError(f"{flag}: {above} is a file, not a folder{what}")
 
 
+def require_writable(path, flag):
+    """Raises ``InputError`` naming ``flag`` unless files can be written in ``path`` (or,
+    where it does not exist yet, in the nearest folder above it, where it will be made):
+    a file is made there and removed. For a mode that works for minutes before it
+    writes (a report), so that nothing measured is thrown away at the end."""
+    require_folder(path, flag)
+    above = os.path.abspath(path)
+    while not os.path.isdir(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    try:
+        handle, probe = tempfile.mkstemp(prefix=STAGING_PREFIX, dir=above)
+        os.close(handle)
+        os.remove(probe)
+    except OSError as error:
+        raise InputError(f"{flag}: cannot write in {above}: "
+                         f"{error.strerror or error}") from None
+
+
 def require_replaceable(path, flag, overwrite, kind, belongs):
     """Raises ``InputError`` naming ``flag`` unless ``path`` may be replaced as a whole:
     missing or empty; or, with ``overwrite``, holding nothing but entries that

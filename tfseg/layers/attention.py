@@ -20,7 +20,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from tfseg.layers.inplace_norm import _gated
+from tfseg.layers.gating import gated
 
 
 def _large_negative(dtype):
@@ -74,24 +74,25 @@ def lean_attention(query, key, value, *, scale, mask=None, dropout=None, name=No
 
     @tf.custom_gradient
     def forward(q, k, v):
-        # stop_gradient: eager ops in here would otherwise stay on the outer tape (P1).
+        # stop_gradient: eager ops in here would otherwise stay on an outer tape, which
+        # would keep their inputs.
         q, k, v = (tf.stop_gradient(t) for t in (q, k, v))
         out = tf.einsum("BNTS,BSNH->BTNH", dropped(tf.cast(probabilities(q, k), v.dtype)), v)
 
         def backward(dy):
             with tf.name_scope(name or "attention"):
-                # P2: everything made from the kept tensors waits for dy (a half-precision
-                # cast of Q, K or V would otherwise be made, and kept, in the forward pass).
-                q_g, k_g, v_g = (_gated(t, dy) for t in (q, k, v))
+                # Everything made from the kept tensors waits for dy: a half-precision
+                # cast of Q, K or V would otherwise be made, and kept, in the forward pass.
+                q_g, k_g, v_g = (gated(t, dy) for t in (q, k, v))
                 p = probabilities(q_g, k_g)
                 dy_s, q_s, k_s, v_s = (tf.cast(t, stat) for t in (dy, q_g, k_g, v_g))
                 applied, kept = p, None
                 if dropout is not None:
                     # The mask over (1 - rate), drawn again from the seed once dy exists
-                    # (P2: from the seed alone TF would draw it in the forward pass and
-                    # keep it); p * it is what stock's dropout(p) makes, to the bit.
+                    # (from the seed alone TF would draw it in the forward pass and keep
+                    # it); p * it is what stock's dropout(p) makes, to the bit.
                     p_v = tf.cast(p, v.dtype)
-                    kept = dropped(tf.ones_like(p_v), seed=_gated(dropout[1], dy))
+                    kept = dropped(tf.ones_like(p_v), seed=gated(dropout[1], dy))
                     applied = tf.cast(p_v * kept, stat)
                 dv = tf.einsum("BNTS,BTNH->BSNH", applied, dy_s)
                 dp = tf.einsum("BTNH,BSNH->BNTS", dy_s, v_s)

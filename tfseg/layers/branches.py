@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 from tensorflow.python.eager import record  # stop_recording has no public name
 
-from tfseg.layers.inplace_norm import _gated
+from tfseg.layers.gating import gated
 from tfseg.layers.recompute import refuse_dropout
 
 
@@ -63,7 +63,7 @@ class SerialBranches(keras.layers.Layer):
                     grads = [None] * len(variables)
                     dx, gate = None, dz
                     for branch, dy in zip(branches, tf.split(dz, sizes, axis)):
-                        x_again = _gated(x, gate)
+                        x_again = gated(x, gate)
                         with tf.GradientTape() as tape:
                             tape.watch(x_again)
                             with keras.StatelessScope():

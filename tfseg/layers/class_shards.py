@@ -21,7 +21,7 @@ import keras
 import tensorflow as tf
 from tensorflow.python.eager import record
 
-from tfseg.layers.inplace_norm import _gated
+from tfseg.layers.gating import gated
 from tfseg.layers.resize import resize_bilinear
 
 
@@ -96,7 +96,7 @@ class ClassShards:
                                            batch_dims=3)
                         targets.append(tf.where(inside, picked, tf.zeros_like(picked)))
                     # The next shard starts once this one's logits are reduced (and freed).
-                    x = _gated(_gated(features, sums[-1]), targets[-1])
+                    x = gated(gated(features, sums[-1]), targets[-1])
                 top = tf.reduce_max(tf.stack(maxima), 0)
                 lse = top + tf.math.log(tf.add_n([s * tf.exp(m - top)
                                                   for m, s in zip(maxima, sums)]))
@@ -105,13 +105,13 @@ class ClassShards:
             def grad(dy):
                 # dy (1 / labelled pixels, from the loss) needs nothing of the forward
                 # pass: wait for its end too, or the rebuilds run beside it.
-                pixel = _gated(dy * weights, lse)
+                pixel = gated(dy * weights, lse)
                 d_features, d_kernel, d_bias = [], [], []
                 gate = pixel
                 for (start, end), device in self._shards():
                     with tf.device(device):
                         # Made again only once the gradient (or the shard before) exists.
-                        x = _gated(features, gate)
+                        x = gated(features, gate)
                         small = self._small(x, kernel, bias, start, end)
                         with tf.GradientTape() as tape:
                             tape.watch(small)
@@ -121,7 +121,7 @@ class ClassShards:
                         # one-hot (the scatter copies the softmax: two shard-sized buffers
                         # at a time, measured). The labels wait for the logits: anything
                         # that needs no gradient runs early, every shard's at once.
-                        local = _gated(labels - start, small)
+                        local = gated(labels - start, small)
                         inside = (local >= 0) & (local < end - start)
                         dz = tf.tensor_scatter_nd_sub(
                             tf.exp(z - lse[..., None]),
@@ -151,7 +151,7 @@ class ClassShards:
                 maxima.append(tf.reduce_max(z, -1))
                 # int64: see cross_entropy (only the result is int32).
                 where.append(tf.argmax(z, -1, output_type=tf.int64) + start)
-            x = _gated(_gated(features, maxima[-1]), where[-1])
+            x = gated(gated(features, maxima[-1]), where[-1])
         best = tf.argmax(tf.stack(maxima, -1), -1, output_type=tf.int64)
         return tf.cast(tf.gather(tf.stack(where, -1), best, batch_dims=3), tf.int32)
 

@@ -70,3 +70,32 @@ def deserialize(value):
         raise ValueError(f"input_activation: {type(layer).__name__} is not an elementwise "
                          f"activation layer")
     return layer.call  # the maths alone: no name scope, no autocast (the input is cast)
+
+
+class TakesActivation:
+    """Mixin of every twin that takes in the activation before it (the conv, pooling
+    and dense twins): the `input_activation` argument, kept in the config, and
+    `_input_fn`, what `tfseg.layers.keep_input.lean_conv` runs again: "relu" (TF's
+    ReluGrad, a mask from the input), another elementwise function, or None.
+
+    `input_activation` is a property, so that a stock layer made this twin in place
+    (`tfseg.memory.inside`) needs to set only it; the function is made there, once,
+    not in `call`. The default is a conv's; the dense twins default to "gelu".
+    """
+
+    def __init__(self, *args, input_activation="relu", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.input_activation = input_activation
+
+    @property
+    def input_activation(self):
+        return self._input_activation
+
+    @input_activation.setter
+    def input_activation(self, value):
+        fn = None if value is None else deserialize(value)
+        self._input_activation = value
+        self._input_fn = "relu" if fn is keras.activations.relu else fn
+
+    def get_config(self):
+        return {**super().get_config(), "input_activation": self.input_activation}

@@ -17,7 +17,7 @@ import tensorflow as tf
 from keras import ops
 
 from tfseg.layers import dilated
-from tfseg.layers.elementwise import deserialize
+from tfseg.layers.elementwise import TakesActivation
 from tfseg.layers.keep_input import lean_conv, lean_max_pool
 
 
@@ -90,20 +90,15 @@ def _channels_last(layer):
         raise ValueError(f"{layer.name}: {type(layer).__name__} needs channels_last")
 
 
-class _TakesInput:
-    """The conv twins' own arguments: `input_activation` (the elementwise activation
-    taken in: "relu", a `keras.activations` name, a serialized activation layer
-    (`tfseg.layers.elementwise`) or None) and `input_padding` ((top, bottom), (left, right)):
-    the zero padding of a `ZeroPadding2D` in front, folded in so its padded copy is
-    not kept."""
+class _TakesInput(TakesActivation):
+    """The conv twins' own arguments: `input_activation` (`TakesActivation`: "relu", a
+    `keras.activations` name, a serialized activation layer or None) and
+    `input_padding` ((top, bottom), (left, right)): the zero padding of a
+    `ZeroPadding2D` in front, folded in so its padded copy is not kept."""
 
     def __init__(self, *args, input_activation="relu", input_padding=None, **kwargs):
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, input_activation=input_activation, **kwargs)
         _channels_last(self)
-        self.input_activation = input_activation
-        fn = None if input_activation is None else deserialize(input_activation)
-        # "relu" keeps TF's ReluGrad (a mask from the input); others are differentiated.
-        self._input_fn = "relu" if fn is keras.activations.relu else fn
         self.input_padding = None if input_padding is None else tuple(map(tuple, input_padding))
 
     def _pad(self):
@@ -117,8 +112,7 @@ class _TakesInput:
         return super().compute_output_shape(input_shape)
 
     def get_config(self):
-        return {**super().get_config(), "input_activation": self.input_activation,
-                "input_padding": self.input_padding}
+        return {**super().get_config(), "input_padding": self.input_padding}
 
 
 @keras.saving.register_keras_serializable(package="tfseg")

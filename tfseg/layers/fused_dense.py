@@ -13,7 +13,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from tfseg.layers.elementwise import deserialize
+from tfseg.layers.elementwise import TakesActivation
 from tfseg.layers.keep_input import lean_conv
 
 
@@ -33,26 +33,13 @@ def _kernel_grad(t, shape, dy):
     return tf.linalg.matmul(_rows(t), _rows(dy), transpose_a=True)
 
 
-class _TakesActivation:
-    """What both twins share: `input_activation`, the elementwise activation taken in,
-    as a property (a stock layer made this twin in place, `tfseg.memory.inside`, needs
-    only it, and the function is made once, here, not in call), and `call`: the
-    product (`_product`) through `lean_conv`, then the stock bias and activation."""
+class _DenseTakesActivation(TakesActivation):
+    """What both dense twins share beyond `TakesActivation` (whose default activation
+    here is GELU's): `call`, the product (`_product`) through `lean_conv`, then the
+    stock bias and activation."""
 
     def __init__(self, *args, input_activation="gelu", **kwargs):
-        super().__init__(*args, **kwargs)
-        self.input_activation = input_activation
-
-    @property
-    def input_activation(self):
-        return self._input_activation
-
-    @input_activation.setter
-    def input_activation(self, value):
-        fn = deserialize(value)
-        self._input_activation = value
-        # "relu" keeps TF's ReluGrad (a mask from the input); others are differentiated.
-        self._input_fn = "relu" if fn is keras.activations.relu else fn
+        super().__init__(*args, input_activation=input_activation, **kwargs)
 
     def _product(self):
         """`lean_conv`'s product arguments: `conv` [, `input_grad`, `filter_grad`]."""
@@ -66,12 +53,9 @@ class _TakesActivation:
             outputs = ops.add(outputs, ops.cast(self.bias, self.compute_dtype))
         return self.activation(outputs) if self.activation is not None else outputs
 
-    def get_config(self):
-        return {**super().get_config(), "input_activation": self.input_activation}
-
 
 @keras.saving.register_keras_serializable(package="tfseg")
-class ActivationDense(_TakesActivation, keras.layers.Dense):
+class ActivationDense(_DenseTakesActivation, keras.layers.Dense):
     """Drop-in twin of an elementwise activation -> `keras.layers.Dense`.
 
     Same arguments and variables as the Dense layer it replaces, plus
@@ -92,7 +76,7 @@ class ActivationDense(_TakesActivation, keras.layers.Dense):
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
-class ActivationEinsumDense(_TakesActivation, keras.layers.EinsumDense):
+class ActivationEinsumDense(_DenseTakesActivation, keras.layers.EinsumDense):
     """Drop-in twin of an elementwise activation -> `keras.layers.EinsumDense`.
 
     Same arguments and variables as the EinsumDense layer, plus `input_activation`

@@ -22,23 +22,19 @@ x rebuilt from y (`tfseg.layers.fused_norm`); float64, other ranks, sync BN and
 epsilon < 1.001e-5 keep the unfused ops. Both match the stock layer.
 
 Half precision: y is stored in the compute dtype, so under mixed_bfloat16 the
-rebuilt x_hat carries y's rounding error, about ulp(|y|) / |gamma|. With
-beta = 0 and gamma = 1, gradients are within about 0.5% of stock bf16. Where
-|beta / gamma| is large (beta = 8, gamma = 0.05), dgamma can be off by 100%.
-Prefer float32 norms (or `mixed_float16`) for such layers.
+rebuilt x_hat carries y's rounding error, about ulp(|y|) / |gamma|: small for gamma
+near 1 and beta near 0, large for a large |beta / gamma| (figures: docs/benchmarks.md,
+"Smaller measurements"). Prefer float32 norms (or `mixed_float16`) for such layers.
 """
 
 import tensorflow as tf
 from keras import ops
-from tensorflow.python.ops import control_flow_util  # XLA's context has no public test
 
 from tfseg.layers import fused_norm
+from tfseg.layers.gating import (gated, guard_gamma, plus_residual, residual_grad,
+                                  stat_dtype)
 
 GAMMA_EPSILON = 1e-4
-
-
-def _guard(gamma, gamma_epsilon):
-    return tf.where(gamma >= 0, tf.maximum(gamma, gamma_epsilon), tf.minimum(gamma, -gamma_epsilon))
 
 
 def _all_reduce_sum(values, synchronized):
@@ -47,57 +43,6 @@ def _all_reduce_sum(values, synchronized):
     if synchronized and ctx is not None and ctx.num_replicas_in_sync > 1:
         return ctx.all_reduce(tf.distribute.ReduceOp.SUM, values)
     return values
-
-
-def _stat_dtype(dtype):
-    """float32 for half types (as the stock layers do), float64 kept as float64."""
-    return tf.float64 if dtype == tf.float64 else tf.float32
-
-
-def _gated(tensor, gradient, vector=None):
-    """`tensor` usable only once `gradient` exists; with `vector`, (tensor, vector).
-
-    Without the dependency on the incoming gradient, TF schedules the
-    reconstruction during the forward pass and keeps its result alive. A control
-    dependency orders it in TF's executor, and costs nothing: the identity
-    forwards the buffer. XLA drops control dependencies, so under XLA (only) the
-    gradient is also a data input: 0 * one of its elements (XLA does not fold
-    x * 0 for floats: NaN * 0). That is a full-size add and a full-size copy
-    alive while the rebuild runs, unless `vector` is given (a per-channel tensor
-    that every full-size op of the rebuild reads), where it is added instead.
-    """
-    with tf.control_dependencies([gradient]):
-        gated = tf.identity(tensor)
-    if not control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
-        return gated if vector is None else (gated, vector)
-    flat = tf.reshape(gradient, [-1])
-    zero = tf.reduce_sum(flat[: tf.minimum(tf.size(flat), 1)]) * 0
-    if vector is None:
-        return gated + tf.cast(zero, gated.dtype)
-    return gated, vector + tf.cast(zero, vector.dtype)
-
-
-def _plus_residual(y, residual, relu=False):
-    """(y + residual, rebuild): with a residual connection right after the norm, the
-    backward pass keeps the sum (which the next layer keeps anyway) and the
-    residual (kept by its own producer) instead of y, and rebuilds y = z - residual.
-    That differs from y by at most an ulp of z (in y's dtype). With `relu`, the
-    residual is relu(residual) (a ReLU that is not kept: ResNet's block output
-    feeding the next block's add), run again for the rebuild once z is gated."""
-    if not residual:
-        return y, lambda out: out
-    r = tf.stop_gradient(residual[0])  # see inplace_batch_norm's stop_gradient
-    if not relu:
-        return y + tf.cast(r, y.dtype), lambda z: z - tf.cast(r, z.dtype)
-    return (y + tf.cast(tf.nn.relu(r), y.dtype),
-            lambda z: z - tf.cast(tf.nn.relu(_gated(r, z)), z.dtype))
-
-
-def _residual_grad(dz, residual, relu=False):
-    if not residual:
-        return []
-    grad = tf.cast(dz, residual[0].dtype)
-    return [tf.raw_ops.ReluGrad(gradients=grad, features=residual[0]) if relu else grad]
 
 
 def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_epsilon=GAMMA_EPSILON,
@@ -114,7 +59,7 @@ def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_eps
     """
     axes = list(range(len(x.shape) - 1))
     fused = fused_norm.supports(x, epsilon, synchronized)
-    dtype = _stat_dtype(x.dtype)
+    dtype = stat_dtype(x.dtype)
     # Read outside `backward`: a closure over x would keep it alive on an eager tape.
     x_dtype, gamma_dtype, beta_dtype = x.dtype, gamma.dtype, beta.dtype
 
@@ -122,7 +67,7 @@ def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_eps
     def forward(x, gamma, beta, *residual):
         # stop_gradient: in eager mode the ops in here would otherwise be recorded
         # on the outer tape and keep x alive.
-        g = _guard(tf.cast(tf.stop_gradient(gamma), dtype), gamma_epsilon)
+        g = guard_gamma(tf.cast(tf.stop_gradient(gamma), dtype), gamma_epsilon)
         b = tf.cast(tf.stop_gradient(beta), dtype)
         if fused:
             y, mean, variance, reserve = fused_norm.forward(tf.stop_gradient(x), g, b, epsilon)
@@ -131,19 +76,19 @@ def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_eps
             mean, variance = ops.moments(x32, axes=axes, synchronized=synchronized)
             y = ops.batch_normalization(x32, mean, variance, axis=-1, offset=b, scale=g,
                                         epsilon=epsilon)
-        out, rebuild = _plus_residual(tf.cast(y, x.dtype), residual, residual_relu)
+        out, rebuild = plus_residual(tf.cast(y, x.dtype), residual, residual_relu)
         inv_std = tf.math.rsqrt(variance + epsilon)
 
         def backward(dy, *_):
             with tf.name_scope(name or "batch_norm"):
-                more = _residual_grad(dy, residual, residual_relu)
+                more = residual_grad(dy, residual, residual_relu)
                 if fused:  # x rebuilt from y for the gradient kernel
-                    out_gated, k = _gated(out, dy, fused_norm.rebuild_scale(g, variance, epsilon))
+                    out_gated, k = gated(out, dy, fused_norm.rebuild_scale(g, variance, epsilon))
                     x_again = fused_norm.rebuild_input(rebuild(out_gated), k, mean, b)
                     dx, dgamma, dbeta = fused_norm.backward(dy, x_again, g, reserve, epsilon)
                     return (dx, tf.cast(dgamma, gamma_dtype), tf.cast(dbeta, beta_dtype), *more)
                 dy32 = tf.cast(dy, dtype)
-                out_gated, b_gated = _gated(out, dy, b)
+                out_gated, b_gated = gated(out, dy, b)
                 x_hat = (tf.cast(rebuild(out_gated), dtype) - b_gated) / g
                 sum_dy = tf.reduce_sum(dy32, axes)
                 sum_dy_xhat = tf.reduce_sum(dy32 * x_hat, axes)
@@ -168,7 +113,7 @@ def frozen_batch_norm(x, mean, variance, gamma, beta, *, epsilon):
     equal the stock frozen layer's bit for bit. No gradient reaches the statistics,
     gamma or beta: for frozen layers only. x: [..., C]; the others [C].
     """
-    dtype = _stat_dtype(x.dtype)
+    dtype = stat_dtype(x.dtype)
     x_dtype = x.dtype
     scale = tf.math.rsqrt(tf.stop_gradient(variance) + epsilon) * tf.stop_gradient(gamma)
     shift = tf.stop_gradient(beta) - tf.stop_gradient(mean) * scale
@@ -194,7 +139,7 @@ def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_E
     # Grouped layout [N, *spatial, G, C/G]; statistics over spatial and C/G.
     stat_axes = spatial_axes + [len(x.shape)]
     per_group = (groups, channels // groups)
-    dtype = _stat_dtype(x.dtype)
+    dtype = stat_dtype(x.dtype)
     x_dtype, gamma_dtype, beta_dtype = x.dtype, gamma.dtype, beta.dtype
 
     def grouped(t):
@@ -203,7 +148,8 @@ def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_E
     @tf.custom_gradient
     def forward(x, gamma, beta, *residual):
         xg = grouped(tf.cast(tf.stop_gradient(x), dtype))
-        g = tf.reshape(_guard(tf.cast(tf.stop_gradient(gamma), dtype), gamma_epsilon), per_group)
+        g = tf.reshape(guard_gamma(tf.cast(tf.stop_gradient(gamma), dtype), gamma_epsilon),
+                       per_group)
         b = tf.reshape(tf.cast(tf.stop_gradient(beta), dtype), per_group)
         mean, variance = tf.nn.moments(xg, axes=stat_axes, keepdims=True)
         inv_std = tf.math.rsqrt(variance + epsilon)
@@ -211,13 +157,13 @@ def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_E
         scale = inv_std * g
         y = xg * scale + (b - mean * scale)
         x_shape = tf.shape(x)  # not x itself: see inplace_batch_norm
-        out, rebuild = _plus_residual(tf.cast(tf.reshape(y, x_shape), x_dtype), residual,
+        out, rebuild = plus_residual(tf.cast(tf.reshape(y, x_shape), x_dtype), residual,
                                       residual_relu)
 
         def backward(dy):
             with tf.name_scope(name or "group_norm"):
                 dyg = grouped(tf.cast(dy, dtype))
-                out_gated, b_gated = _gated(out, dy, b)
+                out_gated, b_gated = gated(out, dy, b)
                 x_hat = (grouped(tf.cast(rebuild(out_gated), dtype)) - b_gated) / g
                 batch_and_spatial = [0] + spatial_axes
                 dbeta = tf.reduce_sum(dyg, batch_and_spatial)
@@ -231,7 +177,7 @@ def inplace_group_norm(x, gamma, beta, *, groups, epsilon, gamma_epsilon=GAMMA_E
                 dx = tf.cast(tf.reshape(dx, x_shape), x_dtype)
                 dgamma = tf.cast(tf.reshape(dgamma, [channels]), gamma_dtype)
                 dbeta = tf.cast(tf.reshape(dbeta, [channels]), beta_dtype)
-                return (dx, dgamma, dbeta, *_residual_grad(dy, residual, residual_relu))
+                return (dx, dgamma, dbeta, *residual_grad(dy, residual, residual_relu))
 
         return out, backward
 

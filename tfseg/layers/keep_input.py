@@ -7,7 +7,7 @@ built on them.
 import tensorflow as tf
 
 from tfseg.layers.dilated import accumulator
-from tfseg.layers.inplace_norm import _gated
+from tfseg.layers.gating import gated
 
 
 class _Input:
@@ -26,10 +26,10 @@ class _Input:
         return tf.pad(t, [[0, 0], *self.pad, [0, 0]]) if self.pad is not None else t
 
     def again(self, x, dy):
-        """The prepared input again, from x gated on dy (P2: without the gate TF runs
-        the activation, and keeps its output, during the forward pass)."""
+        """The prepared input again, from x gated on dy: without the gate TF runs the
+        activation, and keeps its output, during the forward pass."""
         self.x = x
-        self.gated = _gated(x, dy)
+        self.gated = gated(x, dy)
         with tf.GradientTape() as self.tape:
             self.tape.watch(self.gated)
             return self.prepare(self.gated)

@@ -18,8 +18,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from tfseg.layers.inplace_norm import (GAMMA_EPSILON, _gated, _guard, _plus_residual,
-                                       _residual_grad)
+from tfseg.layers.gating import gated, guard_gamma, plus_residual, residual_grad
+from tfseg.layers.inplace_norm import GAMMA_EPSILON
 
 
 def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPSILON,
@@ -49,9 +49,10 @@ def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPS
     @tf.custom_gradient
     def forward(x, *rest):
         residual = rest[len(params):]
-        # stop_gradient: eager ops in here would otherwise stay on the outer tape (P1).
+        # stop_gradient: eager ops in here would otherwise stay on an outer tape, which
+        # would keep their inputs.
         xs = tf.cast(tf.stop_gradient(x), dtype)
-        g = None if gamma is None else _guard(tf.cast(tf.stop_gradient(gamma), dtype),
+        g = None if gamma is None else guard_gamma(tf.cast(tf.stop_gradient(gamma), dtype),
                                               gamma_epsilon)
         b = None if beta is None else tf.cast(tf.stop_gradient(beta), dtype)
         if centered:
@@ -62,13 +63,13 @@ def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPS
         else:
             inv_std = tf.math.rsqrt(tf.reduce_mean(tf.square(xs), axis, keepdims=True) + epsilon)
             y = xs * inv_std if g is None else xs * inv_std * g
-        out, rebuild = _plus_residual(tf.cast(y, x_dtype), residual)
+        out, rebuild = plus_residual(tf.cast(y, x_dtype), residual)
 
         def backward(dy):
             with tf.name_scope(name or "layer_norm"):
                 dy32 = tf.cast(dy, dtype)
-                # P2: rebuilt only once dy exists.
-                y_gated = tf.cast(rebuild(_gated(out, dy)), dtype)
+                # Rebuilt only once dy exists, not in the forward pass.
+                y_gated = tf.cast(rebuild(gated(out, dy)), dtype)
                 x_hat = y_gated if b is None else y_gated - b
                 x_hat = x_hat if g is None else x_hat / g
                 dxhat = dy32 if g is None else dy32 * g
@@ -83,7 +84,7 @@ def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPS
                 if beta is not None:
                     grads.append(tf.cast(tf.reshape(tf.reduce_sum(dy32, others),
                                                     tf.shape(beta)), beta.dtype))
-                return grads + _residual_grad(dy, residual)
+                return grads + residual_grad(dy, residual)
 
         return out, backward
 

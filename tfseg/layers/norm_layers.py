@@ -4,16 +4,12 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from tfseg.layers.inplace_norm import (
-    _stat_dtype,
-    frozen_batch_norm,
-    inplace_batch_norm,
-    inplace_group_norm,
-)
+from tfseg.layers.gating import stat_dtype
+from tfseg.layers.inplace_norm import frozen_batch_norm, inplace_batch_norm, inplace_group_norm
 
 
 def _affine(layer, inputs):
-    dtype, channels = _stat_dtype(inputs.dtype), inputs.shape[-1]
+    dtype, channels = stat_dtype(inputs.dtype), inputs.shape[-1]
     gamma = ops.cast(layer.gamma, dtype) if layer.scale else tf.ones([channels], dtype)
     beta = ops.cast(layer.beta, dtype) if layer.center else tf.zeros([channels], dtype)
     return gamma, beta
@@ -54,7 +50,7 @@ class InplaceBatchNormalization(keras.layers.BatchNormalization):
         stock = mask is not None or self.renorm or self.axis not in (-1, len(inputs.shape) - 1)
         if not self.trainable and not stock:
             gamma, beta = _affine(self, inputs)
-            dtype = _stat_dtype(inputs.dtype)
+            dtype = stat_dtype(inputs.dtype)
             y = frozen_batch_norm(inputs, ops.cast(self.moving_mean, dtype),
                                   ops.cast(self.moving_variance, dtype), gamma, beta,
                                   epsilon=self.epsilon)

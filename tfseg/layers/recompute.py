@@ -5,7 +5,7 @@ import tensorflow as tf
 from tensorflow.python.eager import record  # stop_recording has no public name
 
 from tfseg.layers.dilated import accumulator
-from tfseg.layers.inplace_norm import _gated
+from tfseg.layers.gating import gated
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
@@ -61,7 +61,7 @@ class Recompute(keras.layers.Layer):
 
             def backward(dz, variables=None):
                 with tf.name_scope(self.name):
-                    x_again = _gated(x, dz)
+                    x_again = gated(x, dz)
                     with tf.GradientTape() as tape:
                         tape.watch(x_again)
                         with keras.StatelessScope():

@@ -32,10 +32,12 @@ Example:
 ([('fc1', 'fc2')], None)
 """
 
+from tfseg.memory.options import RewriteOptions
+
 # block class -> function(built block) -> ([(first Dense's attribute, second's)], why
 # none fuse or None)
 _REGISTRY = {}
-# block class -> (option of `tfseg.memory.rewrite` that turns it on, function(built
+# block class -> (the `RewriteOptions` field that turns it on, function(built
 # block) -> (twin class or None, {attribute: (its twin class, ((attribute, value), ...))},
 # why there is no twin or None))
 _TWINS = {}
@@ -57,10 +59,13 @@ def register_block(cls):
 
 def register_twin(cls, option):
     """Registers the decorated function as the twin of blocks of class `cls`, used where
-    the rewrite's `option` ("fuse_relu_conv", "lean_attention") is on: it takes a built
-    block and returns (the twin class, or None; {attribute of a sublayer: (the class
-    that sublayer takes, its (attribute, value) settings)}; why there is no twin, or
-    None). The twin class subclasses `cls` and adds no state."""
+    the rewrite's `option` (a `RewriteOptions` field name: "fuse_relu_conv",
+    "lean_attention"; another name is a ValueError) is on: it takes a built block and
+    returns (the twin class, or None; {attribute of a sublayer: (the class that sublayer
+    takes, its (attribute, value) settings)}; why there is no twin, or None). The twin
+    class subclasses `cls` and adds no state."""
+    RewriteOptions().on(option)  # an unknown name: a ValueError now, not a silent no-op
+
     def decorator(function):
         if cls is not None:
             _TWINS[cls] = (option, function)
@@ -81,9 +86,10 @@ def register_rebuild(cls):
 
 def twin(layer, options):
     """(twin class or None, {attribute: (class, settings)}, why or None) for `layer`, a
-    block of a registered class whose option is in `options`; (None, {}, None) else."""
+    block of a registered class whose option is on in `options` (a
+    `tfseg.memory.RewriteOptions`); (None, {}, None) else."""
     option, function = _TWINS.get(type(layer), (None, None))
-    return (None, {}, None) if option not in options else function(layer)
+    return (None, {}, None) if option is None or not options.on(option) else function(layer)
 
 
 def rebuild(layer):

@@ -94,26 +94,27 @@ def _registered(sub, index, index_of, options):
     return found, []
 
 
-def inner_twins(layer, norms=True, attention=True, fuse=True):
+def inner_twins(layer, options):
     """([`Inner`], [(sublayer name, why it stays stock)]) for `layer`'s stock norms (with
-    `norms`), attention layers (with `attention`) and, in blocks `tfseg.memory.blocks`
-    knows, Dense pairs and registered twins (with `fuse`, or `attention` for attention
-    blocks): what a rebuilt copy of `layer` would get. Empty for a model (the rewrite
+    `options.inplace_norm`), attention layers (with `options.lean_attention`) and, in
+    blocks `tfseg.memory.blocks` knows, Dense pairs (with `options.fuse_relu_conv`) and
+    registered twins (with the option each is registered under): what a rebuilt copy of
+    `layer` would get. `options` is a `RewriteOptions`. Empty for a model (the rewrite
     takes those apart)."""
     if isinstance(layer, keras.Model) or not isinstance(layer, keras.layers.Layer):
         return [], []
     subs = layer._flatten_layers(include_self=False)
     index_of = {id(sub): index for index, sub in enumerate(subs)}
     found, kept = [], []
-    options = {o for o, on in (("fuse_relu_conv", fuse), ("lean_attention", attention)) if on}
     for index, sub in enumerate(subs):
         cls, _ = stateless_twin(sub)
-        if cls is not None and (attention if cls is LeanMultiHeadAttention else norms):
+        if cls is not None and (options.lean_attention if cls is LeanMultiHeadAttention
+                                else options.inplace_norm):
             found.append(Inner(index, sub.name, type(sub), cls, ()))
         more, why = _registered(sub, index, index_of, options)
         found, kept = found + more, kept + why
     for block in [layer] + subs:
-        pairs, why = _pairs(block, index_of, fuse)
+        pairs, why = _pairs(block, index_of, options.fuse_relu_conv)
         found, kept = found + pairs, kept + why
     return found, kept
 

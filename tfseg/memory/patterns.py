@@ -22,6 +22,7 @@ from tfseg.memory.matchers import (NORM_TWINS, Graph, activation_chain, relu_sta
                                    residual_folds, scaled_input, separable_chain,
                                    shared_relus)
 from tfseg.memory.nested import resized_concat_conv, upsampled_conv
+from tfseg.memory.options import of
 from tfseg.memory.segments import branch_nodes, segment_nodes
 
 __all__ = ["Changes", "Graph", "changes"]
@@ -135,15 +136,10 @@ def _take_dense_activation(result, graph, node):
         DENSE_TWINS[type(layer)], {"input_activation": elementwise.serialize(act.operation)})
 
 
-def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
-            inplace_norm=True, lean_dilated=True, recompute=None, fold_residual=True,
-            lean_attention=True, lean_upsampling=True):
-    """Finds what `rewrite` would change, without building anything. See `rewrite`."""
-    graph = Graph(model)
-    result = Changes(recomputed=[segment.name for segment in recompute or ()])
-    taken = set()  # nodes inside a recompute segment or a fused separable conv
-    tails = set()  # the pointwise convs of fused separable convs: `Recompute` runs them
-    segment_of = {}  # id(node) -> the recompute segment it is in
+def _segments(graph, recompute, result):
+    """Records the `recompute` segments' blocks in `result`; returns (the ids of the nodes
+    inside them, {id(node): its segment's name})."""
+    taken, segment_of = set(), {}
     for segment in recompute or ():
         inside, start, end = segment_nodes(graph, segment)
         relu = relu_start(graph, start, inside | taken)
@@ -157,8 +153,14 @@ def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         if segment.branches:
             shared = set() if relu is None else {id(relu)}
             result.serial[segment.name] = branch_nodes(segment, inside, start, end, shared)
-    fused = set()
-    for node in graph.nodes if fuse_separable else ():
+    return taken, segment_of
+
+
+def _separables(graph, result, segment_of):
+    """Records the separable convs that fuse (`Recompute(block, tail=conv)`) in `result`;
+    returns (the ids of their nodes, the ids of their pointwise convs)."""
+    fused, tails = set(), set()
+    for node in graph.nodes:
         chain = None if id(node) in fused else separable_chain(graph, node)
         inside = {id(n) for n in chain or ()}
         owners = {segment_of.get(i) for i in inside | {id(node)}}
@@ -175,11 +177,68 @@ def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         blocks = result.blocks if owner is None else result.inner.setdefault(owner, {})
         blocks[id(node)] = (f"{depthwise.operation.name}_recompute", inside,
                             chain[0].input_tensors[0], node)
-    taken |= fused
-    if fuse_relu_depthwise or fuse_relu_conv:
+    return fused, tails
+
+
+def _conv(result, graph, node, options, taken):
+    """Records the twin of `node`'s stock, unshared, channels-last `Conv2D` or
+    `DepthwiseConv2D` (the upsampling, activation or channel scale it takes in, or a lean
+    dilated depthwise conv), if it has one; any other node: nothing."""
+    layer = node.operation
+    conv_types = (keras.layers.DepthwiseConv2D, keras.layers.Conv2D)
+    if type(layer) not in conv_types or graph.shared(layer):
+        return
+    if layer.data_format != "channels_last" or getattr(layer, "groups", 1) != 1:
+        return
+    found = (upsampled_conv(graph, node) if options.lean_upsampling and id(node) not in taken
+             else None)
+    if found is not None:
+        nested, upsampling = found
+        result.upsampled.append((f"{nested.operation.name}/{upsampling.operation.name}",
+                                 layer.name))
+        result.trimmed[nested.operation.name] = upsampling
+        result.replacements[layer.name] = (UpsampledConv2D, {
+            "input_upsampling": upsampling.operation.size,
+            "input_interpolation": upsampling.operation.interpolation})
+        return
+    is_depthwise = type(layer) is keras.layers.DepthwiseConv2D
+    fuse = options.fuse_relu_depthwise if is_depthwise else options.fuse_relu_conv
+    twins = ((ReluDepthwiseConv2D, ActivationDepthwiseConv2D) if is_depthwise
+             else (ReluConv2D, ActivationConv2D))
+    if fuse and _take_activation(result, graph, node, *twins):
+        return
+    scaled = scaled_input(graph, node) if fuse and not is_depthwise else None
+    if scaled is not None:
+        result.scaled[id(node)] = scaled
+        result.replacements[layer.name] = (ActivationConv2D, {"input_activation": None})
+    elif options.lean_dilated and is_depthwise and tuple(layer.dilation_rate) != (1, 1):
+        result.lean.append(layer.name)
+        result.replacements[layer.name] = (LeanDepthwiseConv2D, {})
+
+
+def changes(model, options=None, recompute=None):
+    """Finds what `rewrite(model, options, recompute=recompute)` would change, without
+    building anything: a `Changes`. See `rewrite`; `options` is a `RewriteOptions`
+    (None: every trick on).
+
+    Example:
+
+    >>> stock = keras.applications.MobileNetV2(weights=None, input_shape=(64, 64, 3))
+    >>> changes(stock, RewriteOptions.none()).inplace
+    []
+    """
+    options = of(options)
+    graph = Graph(model)
+    result = Changes(recomputed=[segment.name for segment in recompute or ()])
+    # nodes inside a recompute segment or a fused separable conv; id(node) -> its segment
+    taken, segment_of = _segments(graph, recompute, result)
+    # tails: the pointwise convs of fused separable convs (`Recompute` runs them)
+    fused, tails = _separables(graph, result, segment_of) if options.fuse_separable else ((), ())
+    taken |= set(fused)
+    if options.fuse_relu_depthwise or options.fuse_relu_conv:
         for relu, (twins, adds) in shared_relus(
-                graph, taken, fuse_relu_depthwise, fuse_relu_conv,
-                fold_adds=inplace_norm and fold_residual).items():
+                graph, taken, options.fuse_relu_depthwise, options.fuse_relu_conv,
+                fold_adds=options.inplace_norm and options.fold_residual).items():
             result.skipped.add(id(relu))
             result.relu_residuals |= adds
             for name, cls in twins.items():
@@ -189,19 +248,21 @@ def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
         layer = node.operation
         if id(node) in tails or layer.name in result.replacements:
             continue  # a separable conv's tail, or a shared ReLU's user
-        if inplace_norm and type(layer) in NORM_TWINS and layer.name not in result.replacements:
+        if (options.inplace_norm and type(layer) in NORM_TWINS
+                and layer.name not in result.replacements):
             result.inplace.append(layer.name)  # once, also for a layer called twice
             result.replacements[layer.name] = (NORM_TWINS[type(layer)], {})
         if (type(layer) is keras.layers.MaxPooling2D and not graph.shared(layer)
-                and layer.data_format == "channels_last" and fuse_relu_conv):
+                and layer.data_format == "channels_last" and options.fuse_relu_conv):
             _take_activation(result, graph, node, ActivationMaxPooling2D, ActivationMaxPooling2D)
-        if ((inplace_norm and type(layer) in (keras.layers.LayerNormalization,
-                                              keras.layers.RMSNormalization))
-                or (lean_attention and type(layer) is keras.layers.MultiHeadAttention)):
+        if ((options.inplace_norm and type(layer) in (keras.layers.LayerNormalization,
+                                                      keras.layers.RMSNormalization))
+                or (options.lean_attention
+                    and type(layer) is keras.layers.MultiHeadAttention)):
             _norm_or_attention(result, layer)
         concat = (resized_concat_conv(graph, node)  # not a segment's: it builds its own
-                  if lean_upsampling and id(node) not in taken and id(node) not in result.blocks
-                  else None)
+                  if options.lean_upsampling and id(node) not in taken
+                  and id(node) not in result.blocks else None)
         if concat is not None and not any(id(part) in taken for part in concat[3]):
             nested, conv, sizes, resizes = concat
             result.skipped |= {id(part) for part in resizes}  # the twin resizes
@@ -211,44 +272,15 @@ def changes(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
                                      f"{nested.operation.name}/{conv.name}"))
             continue
         if layer.name not in result.replacements and layer.name not in result.inside:
-            twins, kept = inner_twins(layer, norms=inplace_norm, attention=lean_attention,
-                                      fuse=fuse_relu_conv)
+            twins, kept = inner_twins(layer, options)
             result.kept_stock += [k for k in kept if k not in result.kept_stock]
             if twins:
                 result.inside[layer.name] = twins
-        if type(layer) in DENSE_TWINS and fuse_relu_conv and not graph.shared(layer):
+        if type(layer) in DENSE_TWINS and options.fuse_relu_conv and not graph.shared(layer):
             _take_dense_activation(result, graph, node)
-        conv_types = (keras.layers.DepthwiseConv2D, keras.layers.Conv2D)
-        if type(layer) not in conv_types or graph.shared(layer):
-            continue
-        if layer.data_format != "channels_last" or getattr(layer, "groups", 1) != 1:
-            continue
-        found = (upsampled_conv(graph, node) if lean_upsampling and id(node) not in taken
-                 else None)
-        if found is not None:
-            nested, upsampling = found
-            result.upsampled.append((f"{nested.operation.name}/{upsampling.operation.name}",
-                                     layer.name))
-            result.trimmed[nested.operation.name] = upsampling
-            result.replacements[layer.name] = (UpsampledConv2D, {
-                "input_upsampling": upsampling.operation.size,
-                "input_interpolation": upsampling.operation.interpolation})
-            continue
-        is_depthwise = type(layer) is keras.layers.DepthwiseConv2D
-        fuse = fuse_relu_depthwise if is_depthwise else fuse_relu_conv
-        twins = ((ReluDepthwiseConv2D, ActivationDepthwiseConv2D) if is_depthwise
-                 else (ReluConv2D, ActivationConv2D))
-        if fuse and _take_activation(result, graph, node, *twins):
-            continue
-        scaled = scaled_input(graph, node) if fuse and not is_depthwise else None
-        if scaled is not None:
-            result.scaled[id(node)] = scaled
-            result.replacements[layer.name] = (ActivationConv2D, {"input_activation": None})
-        elif lean_dilated and is_depthwise and tuple(layer.dilation_rate) != (1, 1):
-            result.lean.append(layer.name)
-            result.replacements[layer.name] = (LeanDepthwiseConv2D, {})
+        _conv(result, graph, node, options, taken)
     norms = set(result.inplace) | set(result.layer_norms)
-    result.folds = residual_folds(graph, taken, norms) if fold_residual else {}
+    result.folds = residual_folds(graph, taken, norms) if options.fold_residual else {}
     if not result.relu_residuals <= set(result.folds):
         raise AssertionError("a shared ReLU's add was marked to fold and is not folded")
     by_id = {id(node): node for node in graph.nodes}

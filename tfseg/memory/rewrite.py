@@ -7,6 +7,7 @@ import keras
 
 from tfseg.layers import Recompute, ResizedConcatConv2D, SerialBranches
 from tfseg.memory.inside import rebuilt_with_twins, same_names, same_scope, seed_states
+from tfseg.memory.options import of
 from tfseg.memory.patterns import Graph, changes
 
 log = logging.getLogger("tfseg.memory")
@@ -32,62 +33,21 @@ def as_functional(model):
     return None
 
 
-def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv=True,
-            inplace_norm=True, lean_dilated=True, recompute=None, recompute_layer=Recompute,
-            fold_residual=True, lean_attention=True, lean_upsampling=True):
+def rewrite(model, options=None, *, recompute=None, recompute_layer=Recompute):
     """Returns a functional model with the memory-saving twins, the same weights and
     the same variable paths.
 
     Args:
       model: a functional `keras.Model`.
-      fuse_separable: wrap each [activation/ZeroPadding2D ->] DepthwiseConv2D ->
-        norm [-> activation] -> linear Conv2D chain (a separable conv, e.g.
-        DeepLab's or MobileNetV2's) in `Recompute(block, tail=conv)`: it keeps
-        only the chain's input, runs the cheap depthwise part again in the
-        backward pass and never runs the conv twice. Inside, the single-layer
-        twins below apply too, which shrinks the block's second run.
-      fuse_relu_depthwise: replace ReLU [-> ZeroPadding2D] -> DepthwiseConv2D
-        (either order) by `ReluDepthwiseConv2D`, and any other elementwise
-        activation there (ReLU6, leaky ReLU, swish, hard-swish, GELU, ...: see
-        `tfseg.layers.elementwise`) by `ActivationDepthwiseConv2D`, where each
-        output feeds only the next layer: the conv keeps the activation's input
-        and runs the activation again in its backward pass.
-      fuse_relu_conv: the same for an activation [-> ZeroPadding2D] -> Conv2D, by
-        `ReluConv2D` or `ActivationConv2D`, and -> MaxPooling2D, by
-        `ActivationMaxPooling2D` (ResNet's stem); also a squeeze-and-excitation
-        `Multiply([x, s])` -> Conv2D, by `ActivationConv2D(x, scale=s)`, which
-        does not keep the product; and -> Dense, by `ActivationDense` (a
-        transformer MLP's GELU output is not kept).
-      inplace_norm: replace every stock `BatchNormalization`, `GroupNormalization`,
-        `LayerNormalization` and `RMSNormalization` by its output-only twin (a layer
-        norm whose gamma starts at zero stays stock, and the log says so).
-      lean_dilated: replace the other dilated `DepthwiseConv2D`s by
-        `LeanDepthwiseConv2D`, which does not keep a space-to-batch copy.
+      options: the `RewriteOptions` saying which tricks apply (each is documented
+        there); None: `RewriteOptions()`, every one. `RewriteOptions.none()` changes
+        nothing but the `recompute` segments.
       recompute: a sequence of `Segment`s to wrap in `Recompute` (in
         `SerialBranches`: those with `branches=True`). Inside them the other
         rewrites apply too, separable fusion included.
       recompute_layer: the layer class that wraps each segment, called as
         `recompute_layer(block, name=...)` (default `Recompute`); another is for
         comparisons, e.g. `tfseg.profile.anchors.RecomputeGrad` (tf.recompute_grad).
-      fold_residual: fold a two-input `Add` right after an output-only norm (a
-        residual connection) into the norm: it returns the sum and keeps it
-        instead of its own output, rebuilding that as sum - other input (within
-        an ulp of the sum). The Add's layer is gone; the norm's name and weights
-        stay. Where the other input is a plain ReLU's output that only convs and
-        such Adds read (ResNet's block outputs), that ReLU is not made at all: the
-        convs take it in and the norm adds relu(input) (`residual_relu`).
-      lean_attention: replace every stock `MultiHeadAttention` by
-        `LeanMultiHeadAttention`, which computes its probabilities again in the
-        backward pass instead of keeping them (dropout on them replayed from its seed).
-      lean_upsampling: where a nested model (a backbone) ends in an `UpSampling2D`
-        (bilinear or nearest) that only a 1x1 `Conv2D` after it reads, rewrite the
-        nested model without it and the conv as `UpsampledConv2D`, which convolves
-        first and keeps the small map (keras-hub's DeepLabV3). The nested model in the
-        rewritten model then returns the map before the upsampling. A nested
-        `Sequential` keeps its upsampling. Likewise where `Resizing` outputs are
-        concatenated for a nested model that starts with a 1x1 conv (SegFormer's
-        decoder): the conv becomes `ResizedConcatConv2D` over the maps before their
-        resize, and the nested model starts from the conv's output.
 
     A model nested inside (a backbone inside a task model, a `Sequential` block:
     `as_functional`) is rewritten the same way, with the same options (`recompute`
@@ -102,20 +62,16 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
 
     >>> stock = keras.applications.MobileNetV2(weights=None, input_shape=(64, 64, 3))
     >>> saving = rewrite(stock)
+    >>> unfused = rewrite(stock, RewriteOptions(fuse_separable=False))
     >>> sorted(w.path for w in saving.weights) == sorted(w.path for w in stock.weights)
     True
     """
+    options = of(options)
     graph = Graph(model)
-    summary = changes(model, fuse_separable, fuse_relu_depthwise, fuse_relu_conv, inplace_norm,
-                      lean_dilated, recompute, fold_residual, lean_attention, lean_upsampling)
+    summary = changes(model, options, recompute)
     folded = {id(norm) for norm, _ in summary.folds.values()}
     multiplies = {id(multiply) for multiply, _, _ in summary.scaled.values()}
     new_layers, rebuilt = {}, []
-    options = dict(fuse_separable=fuse_separable, fuse_relu_depthwise=fuse_relu_depthwise,
-                   fuse_relu_conv=fuse_relu_conv, inplace_norm=inplace_norm,
-                   lean_dilated=lean_dilated, recompute_layer=recompute_layer,
-                   fold_residual=fold_residual, lean_attention=lean_attention,
-                   lean_upsampling=lean_upsampling)
     opaque = [n.operation.name for n in graph.nodes
               if isinstance(n.operation, keras.Model) and as_functional(n.operation) is None]
     if opaque:
@@ -133,7 +89,7 @@ def rewrite(model, fuse_separable=True, fuse_relu_depthwise=True, fuse_relu_conv
                     outputs = nested.outputs[0] if len(nested.outputs) == 1 else nested.outputs
                     nested = keras.Model(summary.headless[layer.name].output, outputs,
                                          name=nested.name)
-                new_layers[layer] = rewrite(nested, **options)
+                new_layers[layer] = rewrite(nested, options, recompute_layer=recompute_layer)
             elif isinstance(layer, keras.layers.Layer) and layer.name in summary.replacements:
                 cls, extra = summary.replacements[layer.name]
                 new_layers[layer] = same_scope(cls.from_config({**layer.get_config(), **extra}),

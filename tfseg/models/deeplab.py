@@ -58,7 +58,9 @@ def deeplab_v3_plus(
         into the next conv, lean dilated depthwise convs, separable convs that
         keep only their input), placed by `tfseg.memory.rewrite` on the whole
         model, backbone included, so a rewritten stock model and this one are
-        the same. Same variable paths, so weights load either way.
+        the same (`tfseg.memory.RewriteOptions.all()`). Same variable paths, so weights
+        load either way. Without it a `recompute` rewrite applies no other trick
+        (`RewriteOptions.none()`).
       recompute: None, or segments that keep only their input and run again in
         the backward pass (`tfseg.layers.Recompute`): Xception-65 block names
         (e.g. ("middle",) or ("entry_block1", "middle", "exit_block1")), each of
@@ -162,16 +164,10 @@ def deeplab_v3_plus(
         if backbone is None:  # a backbone's own names were refused above
             body = tuple(n for n in recompute if n not in RECOMPUTE_HEAD)
             segments = xception.recompute_segments(features, body, middle_repeats) + segments
-        model = memory.rewrite(
-            model,
-            fuse_separable=memory_saving,
-            fuse_relu_depthwise=memory_saving,
-            fuse_relu_conv=memory_saving,
-            inplace_norm=memory_saving,
-            lean_dilated=memory_saving,
-            recompute=segments,
-            recompute_layer=recompute_layer or Recompute,
-        )
+        # Without memory_saving, recompute alone: every trick off, not only some.
+        options = memory.RewriteOptions.all() if memory_saving else memory.RewriteOptions.none()
+        model = memory.rewrite(model, options, recompute=segments,
+                               recompute_layer=recompute_layer or Recompute)
     if freeze_batch_norm:
         # After the rewrite, so the twins and the norms inside Recompute blocks are frozen too.
         freeze_lib.freeze_norms(model)

@@ -6,7 +6,7 @@ The recipe, as `tfseg.profile.child.measure_in_process` runs it:
    allocator chunks or cached kernels are in it. On the CPU, run with
    `TF_ENABLE_ONEDNN_OPTS=1`: only oneDNN's allocator keeps statistics.
 2. Build, under the run's strategy and dtype policy, the model, the optimizer
-   (`tfseg.runtime.builders.optimizer`: momentum SGD on the schedule, decoupled
+   (`tfseg.training.optim.optimizer`: momentum SGD on the schedule, decoupled
    decay or a `LossScaleOptimizer` when the settings say so) and the training
    step itself (`tfseg.training.step.make_train_step`: `PixelLoss`, the L2 term,
    the finite check before the update), exactly as `--mode=train` builds them

@@ -9,6 +9,7 @@ from tfseg.errors import InputError
 from tfseg.memory import rewrite
 from tfseg.models.xception import DEFAULT_RECOMPUTE
 from tfseg.runtime import builders
+from tfseg.training import optim
 from tfseg.training import loop
 
 VARIANTS = ("stock", "memory_saving", "recompute")
@@ -156,7 +157,7 @@ def build_step(config):
 def describe_optimizer(config, model, optimizer):
     """What the built step optimises with: a record of what ran, for the result."""
     inner = getattr(optimizer, "inner_optimizer", optimizer)
-    l2_weight, l2_kernels = builders.l2_weight_decay(config.run_config(), model)
+    l2_weight, l2_kernels = optim.l2_weight_decay(config.run_config(), model)
     return {
         "class": type(optimizer).__name__,
         "inner_class": type(inner).__name__,

@@ -4,7 +4,7 @@ import dataclasses
 
 from tfseg import budget as budget_lib
 from tfseg.budget import fit as fit_lib
-from tfseg.io.outputs import require_folder
+from tfseg.io.outputs import require_writable
 from tfseg.profile.measure import Stopped, measure_repeats
 from tfseg.profile.step import VARIANTS
 from tfseg.report import render
@@ -151,7 +151,7 @@ def run(config, log=print, stop=None):
     [what it did not get to]}; with a budget, "time_bound_reached" says whether the
     time bound left sizes unmeasured (their rows have "sizes_measured": false).
     """
-    require_folder(config.out_dir, "--report_dir")  # before minutes of measuring
+    require_writable(config.out_dir, "--report_dir")  # before minutes of measuring
     clock = Clock(config.max_minutes, stop, log)
     report = {"config": _common_config(config.step), "variants": {}}
     measured = {}

@@ -8,8 +8,8 @@ from tfseg.report import document
 
 MIB = 2**20
 # The static model replays TF's executor and allocator, not XLA's scheduler and buffer
-# assignment (the twins hold their recompute back under XLA too: `_gated` in
-# tfseg/layers/inplace_norm.py).
+# assignment (the twins hold their recompute back under XLA too:
+# `tfseg.layers.gating.gated`).
 XLA_CAVEAT = ("(jit_compile: the measured rows are XLA's; the static estimate and the "
               "breakdown model TF's executor running the same step without XLA)")
 

@@ -1,4 +1,5 @@
-"""Builds the strategy, model, optimizer and data configs a ``tfseg.config.Config`` describes."""
+"""Builds the strategy, model and data configs a ``tfseg.config.Config`` describes (the
+optimizer: ``tfseg.training.optim``; a split across devices: ``tfseg.split.plan``)."""
 
 import dataclasses
 
@@ -7,42 +8,10 @@ import tensorflow as tf
 
 from tfseg import data as data_lib
 from tfseg import split as split_lib
-from tfseg.config.budget import GB
 from tfseg.config.names import BUILTIN_BACKBONE
 from tfseg.errors import InputError
 from tfseg.layers import fused_norm
 from tfseg.models import application_backbone, deeplab_v3_plus
-from tfseg.runtime import device as device_lib
-from tfseg.split import cuts
-
-
-class WarmupPolyDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warm-up from 0 over ``warmup_steps``, then Keras' ``PolynomialDecay``.
-
-    Keras 3's ``PolynomialDecay`` has no warm-up (only ``CosineDecay`` has), so
-    this wraps it; the decay runs over the steps after the warm-up.
-    """
-
-    def __init__(self, learning_rate, train_steps, warmup_steps=0, end_learning_rate=0.0,
-                 power=0.9):
-        self.learning_rate = learning_rate
-        self.train_steps = train_steps
-        self.warmup_steps = warmup_steps
-        self.end_learning_rate = end_learning_rate
-        self.power = power
-        self.poly = keras.optimizers.schedules.PolynomialDecay(
-            learning_rate, max(train_steps - warmup_steps, 1), end_learning_rate, power=power)
-
-    def __call__(self, step):
-        step = tf.cast(step, tf.float32)
-        warm = self.learning_rate * (step + 1.0) / max(self.warmup_steps, 1)
-        decayed = self.poly(tf.maximum(step - self.warmup_steps, 0.0))
-        return tf.where(step < self.warmup_steps, warm, decayed)
-
-    def get_config(self):
-        return dict(learning_rate=self.learning_rate, train_steps=self.train_steps,
-                    warmup_steps=self.warmup_steps, end_learning_rate=self.end_learning_rate,
-                    power=self.power)
 
 
 def strategy(config):
@@ -112,94 +81,6 @@ def _class_devices(config, num_classes):
     if len(devices) > num_classes:
         raise InputError(f"--class_devices: {len(devices)} devices for {num_classes} classes")
     return devices
-
-
-def split(config, model_, loss_fn, log=print):
-    """``model_`` split across ``config.run.model_devices`` (``tfseg.split``), or itself
-    without them. Build it first, and the optimizer and checkpoints after.
-
-    The cuts balance the predicted per-device peak of a training step at the run's crop
-    and batch (traced, not run), which is printed; with ``--memory_budget_gb`` (less
-    the device overhead) a device predicted over it stops the run with one line.
-    """
-    run = config.run
-    if not run.model_devices:
-        return model_
-    try:
-        devices = split_lib.device_names(run.model_devices)
-    except ValueError as error:
-        raise InputError(f"--model_devices: {error}") from None
-    parts = split_lib.parts(model_)
-    if len(devices) > len(parts):
-        raise InputError(f"--model_devices: {len(devices)} devices for the {len(parts)} parts "
-                         f"of {model_.name}; give at most {len(parts)}")
-    (height, width), batch = config.data.crop_size, config.data.batch_size
-    kept = cuts.kept_by_layer(model_, tf.TensorSpec((batch, height, width, 3)),
-                              tf.TensorSpec((batch, height, width), tf.int32), loss_fn)
-    loads = cuts.balance(
-        cuts.part_costs(parts, kept, slots=1 if config.optim.momentum else 0), devices)
-    room = 0
-    if run.memory_budget_gb:
-        # Logical CPU devices share the host's memory: no overhead. GPU:0's stands for
-        # each GPU's: all run the same libraries.
-        gpu = all("GPU" in device for device in devices)
-        overhead = (device_lib.overhead(run.device_overhead_gb).bytes
-                    if gpu or run.device_overhead_gb >= 0 else 0)
-        room = int(run.memory_budget_gb * GB) - overhead
-    log(f"{model_.name} split across {len(devices)} devices, {len(parts)} parts:")
-    for line in cuts.describe(loads, room, batch):
-        log(f"  {line}")
-    over = [load for load in loads if room and load.peak > room]
-    if over:
-        raise InputError(f"--memory_budget_gb: {over[0].device} is predicted to need "
-                         f"{over[0].peak / GB:.2f} GiB, over the {room / GB:.2f} GiB left of "
-                         f"{run.memory_budget_gb:g}; add a device, or lower the batch or crop")
-    return split_lib.place(model_, parts, cuts.assignment(loads))
-
-
-def decayed_kernels(model_):
-    """The variables weight decay applies to: conv and dense kernels, as in research/deeplab.
-
-    Depthwise kernels are left out (research/deeplab's ``regularize_depthwise=False``),
-    and so are norm scales/offsets and biases (the 1-D variables).
-    """
-    depthwise = {id(layer.kernel) for layer in model_._flatten_layers()
-                 if isinstance(layer, keras.layers.DepthwiseConv2D)}
-    return [v for v in model_.trainable_variables
-            if len(v.shape) > 1 and id(v) not in depthwise]
-
-
-def optimizer(config, model_):
-    """Built SGD + momentum on the warm-up/poly schedule.
-
-    With ``weight_decay_type="decoupled"`` the optimizer decays ``decayed_kernels``
-    (``variable -= lr * wd * variable``, the same on any number of replicas);
-    "l2" is a loss term instead (``step.l2_penalty``), and the optimizer has none.
-    Under ``mixed_float16`` the optimizer is wrapped in a ``LossScaleOptimizer``,
-    which also skips non-finite updates.
-    """
-    optim = config.optim
-    schedule = WarmupPolyDecay(optim.learning_rate, optim.train_steps, optim.warmup_steps,
-                               optim.end_learning_rate, optim.lr_power)
-    decoupled = optim.weight_decay if optim.weight_decay_type == "decoupled" else 0.0
-    sgd = keras.optimizers.SGD(schedule, momentum=optim.momentum, weight_decay=decoupled or None)
-    if decoupled:
-        decayed = {id(v) for v in decayed_kernels(model_)}
-        sgd.exclude_from_weight_decay(
-            var_list=[v for v in model_.trainable_variables if id(v) not in decayed])
-    if config.run.dtype_policy == "mixed_float16":
-        sgd = keras.optimizers.LossScaleOptimizer(sgd)
-    # Built now (under the caller's strategy scope): a restore then fills the momentum
-    # slots at once, and no variable is created inside the distributed step's tf.cond.
-    sgd.build(model_.trainable_variables)
-    return sgd
-
-
-def l2_weight_decay(config, model_):
-    """(weight, kernels) of the L2 loss term, or (0.0, []) when decay is decoupled or off."""
-    if config.optim.weight_decay_type != "l2" or not config.optim.weight_decay:
-        return 0.0, []
-    return config.optim.weight_decay, decayed_kernels(model_)
 
 
 def data_config(config, training, batch_size=None):

@@ -7,5 +7,6 @@ devices of its layers) and ``tfseg.runtime``; above ``tfseg.memory``.
 
 from tfseg.split.parts import Part, parts
 from tfseg.split.place import PlacedModel, device_names, place
+from tfseg.split.plan import split_for_run
 
-__all__ = ["Part", "PlacedModel", "device_names", "parts", "place"]
+__all__ = ["Part", "PlacedModel", "device_names", "parts", "place", "split_for_run"]

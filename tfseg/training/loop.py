@@ -1,12 +1,10 @@
-"""The training loop: resume, step, log, evaluate, checkpoint; stop cleanly on signals or NaN.
-
-The loop reads the steps' results (loss, finite check, step counter) only where it acts:
-at log, eval and checkpoint steps, on a stop and at the end (``tfseg.training.outcomes``);
-in between the host queues the next step without waiting for the device."""
+"""A training run: its parts built as one ``TrainingRun``, restored or initialised, and
+stepped (``tfseg.training.stepper``: log, evaluate, checkpoint; a clean stop on signals
+or NaN)."""
 
 import contextlib
+import dataclasses
 import os
-import time
 
 import keras
 import numpy as np
@@ -15,45 +13,68 @@ import tensorflow as tf
 from tfseg import data as data_lib
 from tfseg.config import Config
 from tfseg.config.config import flag_value
-from tfseg.errors import InputError, NonFiniteLoss
-from tfseg.evaluation.evaluate import PeriodicEval
-from tfseg.runtime import builders, checkpoints, files, init, summaries
+from tfseg.errors import InputError
+from tfseg.runtime import builders, checkpoints, files, init
+from tfseg.runtime import device as device_lib
 from tfseg.runtime.signals import StopRequest
-from tfseg.training import losses
+from tfseg.split import split_for_run
+from tfseg.training import losses, optim
 from tfseg.training.lock import ModelDirLock
-from tfseg.training.outcomes import Outcomes, SkippedUpdates
-from tfseg.training.progress import Progress, memory_peak
 from tfseg.training.step import make_train_step
+from tfseg.training.stepper import Stepper
 
 
 def build_step(config, strategy, make_model):
     """(model, optimizer, step counter, train step) of ``config``: the model is
     ``make_model(norm)``, under the strategy's scope with the norm it needs, split across
-    ``--model_devices`` if any (``builders.split``). The profiler measures this very
-    step (``tfseg.profile.step``)."""
+    ``--model_devices`` if any (``tfseg.split.split_for_run``). The profiler measures this
+    very step (``tfseg.profile.step``)."""
     norm = builders.norm_for(config, strategy)
     with strategy.scope():
         model = make_model(norm)
         loss = losses.for_model(model, config.optim.class_weights)
-        model = builders.split(config, model, loss)
-        optimizer = builders.optimizer(config, model)
+        model = split_for_run(config, model, loss,
+                              lambda: device_lib.overhead(config.run.device_overhead_gb).bytes)
+        optimizer = optim.optimizer(config, model)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     train_step = make_train_step(strategy, model, optimizer, loss,
                                  step, config.run.jit_compile,
-                                 *builders.l2_weight_decay(config, model),
+                                 *optim.l2_weight_decay(config, model),
                                  accum_steps=config.optim.grad_accum_steps)
     return model, optimizer, step, train_step
 
 
-def build(config, strategy):
-    """The data set's source, the training step's parts (``build_step``), the batches-read
-    counter and the checkpoints (not restored yet).
+@dataclasses.dataclass
+class TrainingRun:
+    """The parts of one training run (``build``), before its checkpoint is restored.
 
-    Batches read is the step plus the batches of updates that the loss-scale optimizer
-    skipped: it says where the input resumes. It is this host's, outside the
-    strategy's scope.
+    Attributes:
+      data: the training split's ``tfseg.data.DataConfig`` (``builders.data_config``).
+      source: its ``tfseg.data.Source`` (class names, palette).
+      norm: the norm the model was built with (``builders.norm_for``).
+      model, optimizer: built under the strategy's scope (``build_step``).
+      step: the optimizer updates applied, checkpointed.
+      train_step: ``train_step(batch or [micro-batches]) -> (loss, finite, predictions)``.
+      read: batches read, the step plus the batches of updates the loss-scale optimizer
+        skipped: where the input resumes. This host's, outside the strategy's scope.
+      ckpts: the run's ``tfseg.runtime.checkpoints.Checkpoints``.
     """
-    source = builders.source(config, training=True)
+
+    data: data_lib.DataConfig
+    source: data_lib.Source
+    norm: str
+    model: keras.Model
+    optimizer: keras.optimizers.Optimizer
+    step: tf.Variable
+    train_step: object
+    read: tf.Variable
+    ckpts: checkpoints.Checkpoints
+
+
+def build(config, strategy):
+    """The ``TrainingRun`` of ``config`` on ``strategy``: its checkpoints not restored yet."""
+    data = builders.data_config(config, training=True)
+    source = data_lib.get_source(data)
     if config.optim.class_weights and len(config.optim.class_weights) != source.num_classes:
         raise InputError(f"--class_weights: {len(config.optim.class_weights)} values for "
                          f"{source.num_classes} classes of {config.data.dataset}")
@@ -64,15 +85,8 @@ def build(config, strategy):
     ckpts = checkpoints.Checkpoints(model, config.run.model_dir, strategy,
                                     config.run.keep_checkpoints, optimizer=optimizer, step=step,
                                     batches_read=read)
-    return source, model, optimizer, step, train_step, read, ckpts
-
-
-def periodic_eval(config, model, source, chief):
-    """``evaluate(step)`` for ``--eval_every``, or None: off, or not the chief (which owns
-    the TensorBoard files; inference needs no other worker)."""
-    if not config.run.eval_every or not chief:
-        return None
-    return PeriodicEval(config, model, source.class_names)
+    return TrainingRun(data, source, builders.norm_for(config, strategy), model, optimizer,
+                       step, train_step, read, ckpts)
 
 
 def train(config, log=print, stop=None, record=None):
@@ -130,126 +144,52 @@ def _check_record(config, log):
 
 
 def _train(config, strategy, stop, log, record=None):
-    run, optim = config.run, config.optim
-    if run.seed >= 0:
-        # The initial weights and dropout too: with --deterministic, a run is repeatable.
-        keras.utils.set_random_seed(run.seed)
-    builders.set_dtype_policy(config)
-    source, model, optimizer, step, train_step, read, ckpts = build(config, strategy)
-    norm = builders.norm_for(config, strategy)
-    if ckpts.chief:
-        ckpts.remove_leftovers()  # of saves a kill interrupted; we hold the folder's lock
-    restored = ckpts.resume(log)
-    if restored is None and run.init_checkpoint:
-        init.load(model, run.init_checkpoint, log)  # weights only: step 0, fresh momentum
-    start = int(step.numpy())
-    # A checkpoint saved before the count was kept restores none: the input goes on at
-    # its step (the count is the step plus the skipped updates, never less).
-    read.assign(max(int(read.numpy()), start * optim.grad_accum_steps))
-    log(f"{model.name}: {model.count_params():,} parameters, {source.num_classes} classes, "
-        f"{norm} norm, {strategy.num_replicas_in_sync} replica(s); "
-        + (f"resumed from {restored} at step {start}" if restored else
-           f"from the weights of {run.init_checkpoint}" if run.init_checkpoint else
-           "from scratch"))
-    if ckpts.chief:
-        log(f"{optim.train_steps:,} steps of batch {config.data.batch_size} at "
-            f"{'x'.join(map(str, config.data.crop_size))}; checkpoints every "
-            f"{run.checkpoint_every} steps, config.json and TensorBoard logs in {run.model_dir}")
-    if ckpts.chief:
-        # Class names and palette too: predict and export then need no data set.
-        files.save_config(config, run.model_dir, class_names=list(source.class_names),
-                          palette=np.asarray(source.palette).tolist(), **(record or {}))
+    """Prepares the run (``_prepare``), then steps it (``Stepper``) unless it is done or a
+    stop came during set-up."""
+    run, restored = _prepare(config, strategy, log, record)
+    start = int(run.step.numpy())
     result = dict(step=start, loss=None, stopped_by=None, checkpoint=restored)
-    if start >= optim.train_steps:
-        log(f"already trained to step {start} (--train_steps={optim.train_steps})")
+    if start >= config.optim.train_steps:
+        log(f"already trained to step {start} (--train_steps={config.optim.train_steps})")
         return result
     if stop:
         result["stopped_by"] = stop.signal
         log(f"{stop.signal} during set-up: stopped before the first step; nothing to save")
         return result
+    return Stepper(config, strategy, run, stop, log, result).run()
 
-    # The input goes on where the checkpoint's left it. Outside the strategy's scope: the
-    # pipeline's counters are this host's, not mirrored.
-    dataset, data_stats = data_lib.build_dataset_with_stats(
-        builders.data_config(config, training=True), training=True,
-        start_batch=int(read.numpy()))
-    batches = data_lib.iterate(data_lib.distribute(dataset, strategy))
-    evaluate = periodic_eval(config, model, source, ckpts.chief)
-    writer = (tf.summary.create_file_writer(os.path.join(run.model_dir, "train"))
-              if ckpts.chief else tf.summary.create_noop_writer())
-    progress = Progress(optim.train_steps, start)
-    window_start, window_steps = time.perf_counter(), 0
-    saved_at = start if restored else None  # the step whose checkpoint is on disk
-    skipped = SkippedUpdates(run.max_skipped_updates, log)
 
-    outcomes = Outcomes(start)  # the steps' results, read only where the loop acts
-
-    def due(at):
-        """Whether the loop acts at step ``at``: logs, evaluates, saves or ends."""
-        return (at % run.log_every == 0 or at % run.checkpoint_every == 0
-                or at >= optim.train_steps or bool(evaluate and at % run.eval_every == 0))
-
-    with writer.as_default():
-        accum = optim.grad_accum_steps
-        while outcomes.ahead < optim.train_steps:
-            # --grad_accum_steps: one update of `accum` micro-batches, all counted as read.
-            micro = [next(batches) for _ in range(accum)]
-            loss, finite, predictions = train_step(micro[0] if accum == 1 else micro)
-            read.assign_add(accum)
-            outcomes.add(loss, finite, step.read_value())
-            window_steps += 1
-            if not (stop or due(outcomes.ahead)):
-                continue  # queue the next step without waiting for this one
-            for current, advanced, loss, finite in outcomes.read():
-                if not finite:
-                    # Without loss scaling the gradients are checked too: the loss may be
-                    # finite. Raised before anything below saves, for any queued step.
-                    raise NonFiniteLoss(
-                        f"non-finite loss or gradients (loss {loss}) at step {current + 1}: "
-                        f"stopped without saving; the last good checkpoint is "
-                        f"{result['checkpoint'] or '(none)'}. Lower --learning_rate or add "
-                        f"--warmup_steps.")
-                # False when the loss-scale optimizer skipped the update.
-                skipped(advanced, current, optimizer, result["checkpoint"])
-            # Whether the last step reached a new step: nothing to log or save otherwise.
-            # (No earlier queued step can have reached a step acted on: see Outcomes.)
-            advanced = current > result["step"]
-            result.update(step=current, loss=loss)
-            if advanced and (current % run.log_every == 0 or current == optim.train_steps):
-                seconds = time.perf_counter() - window_start
-                images_per_s = window_steps * accum * config.data.batch_size / max(seconds, 1e-9)
-                lr = float(optimizer.learning_rate)  # the schedule's value now
-                progress.update(current, loss, lr, images_per_s, memory_peak())
-                tf.summary.scalar("loss", loss, step=current)
-                tf.summary.scalar("learning_rate", lr, step=current)
-                tf.summary.scalar("images_per_second", images_per_s, step=current)
-                if data_stats is not None:
-                    # Counted as the pipeline reads ahead, so a little ahead of `current`.
-                    for name, count in data_stats.as_dict().items():
-                        tf.summary.scalar(f"data/{name}", count, step=current)
-                if current % (run.log_every * 4) == 0:
-                    # The last micro-batch's: the predictions are of it.
-                    images, labels = (strategy.experimental_local_results(t)[0]
-                                      for t in micro[-1])
-                    summaries.write_samples(images, labels, predictions, source.palette, current,
-                                            run.num_summary_images)
-                window_start, window_steps = time.perf_counter(), 0
-            if advanced and evaluate and current % run.eval_every == 0:
-                eval_start = time.perf_counter()
-                metrics = evaluate(current)
-                log(f"step {current}: {config.data.eval_split} mIoU {metrics['miou']:.4f} "
-                    f"(whole image, {metrics['images']} images, {metrics['seconds']:.1f} s)")
-                # images/s counts training only: the window skips the evaluation.
-                window_start += time.perf_counter() - eval_start
-            if (advanced and (current % run.checkpoint_every == 0
-                              or current == optim.train_steps)) or (stop and saved_at != current):
-                result["checkpoint"], saved_at = ckpts.save(current), current
-            if stop:
-                result["stopped_by"] = stop.signal
-                log(f"{stop.signal}: saved {result['checkpoint']} at step {current}; "
-                    f"run again to resume")
-                break
-    writer.flush()
-    if data_stats is not None and data_stats.summary(config.data.train_split):
-        log(data_stats.summary(config.data.train_split))
-    return result
+def _prepare(config, strategy, log, record):
+    """(the built ``TrainingRun``, the checkpoint it resumed from or None): seeded,
+    restored (or initialised from ``--init_checkpoint``), said, and its config.json saved."""
+    run_settings, optim_settings = config.run, config.optim
+    if run_settings.seed >= 0:
+        # The initial weights and dropout too: with --deterministic, a run is repeatable.
+        keras.utils.set_random_seed(run_settings.seed)
+    builders.set_dtype_policy(config)
+    run = build(config, strategy)
+    if run.ckpts.chief:
+        run.ckpts.remove_leftovers()  # of saves a kill interrupted; we hold the folder's lock
+    restored = run.ckpts.resume(log)
+    if restored is None and run_settings.init_checkpoint:
+        init.load(run.model, run_settings.init_checkpoint, log)  # weights only: step 0
+    start = int(run.step.numpy())
+    # A checkpoint saved before the count was kept restores none: the input goes on at
+    # its step (the count is the step plus the skipped updates, never less).
+    run.read.assign(max(int(run.read.numpy()), start * optim_settings.grad_accum_steps))
+    log(f"{run.model.name}: {run.model.count_params():,} parameters, "
+        f"{run.source.num_classes} classes, {run.norm} norm, "
+        f"{strategy.num_replicas_in_sync} replica(s); "
+        + (f"resumed from {restored} at step {start}" if restored else
+           f"from the weights of {run_settings.init_checkpoint}"
+           if run_settings.init_checkpoint else "from scratch"))
+    if run.ckpts.chief:
+        log(f"{optim_settings.train_steps:,} steps of batch {config.data.batch_size} at "
+            f"{'x'.join(map(str, config.data.crop_size))}; checkpoints every "
+            f"{run_settings.checkpoint_every} steps, config.json and TensorBoard logs in "
+            f"{run_settings.model_dir}")
+        # Class names and palette too: predict and export then need no data set.
+        files.save_config(config, run_settings.model_dir,
+                          class_names=list(run.source.class_names),
+                          palette=np.asarray(run.source.palette).tolist(), **(record or {}))
+    return run, restored

@@ -5,6 +5,7 @@ import contextlib
 import keras
 import tensorflow as tf
 
+from tfseg.layers.gating import gated
 from tfseg.models import normalize
 from tfseg.split import PlacedModel
 
@@ -31,8 +32,7 @@ def _with_l2(grads, variables, decayed, coefficient):
     Each ``coefficient * kernel`` is made only once its data gradient exists (a
     control dependency; XLA fuses the multiply into the add). Otherwise TF's
     executor runs the multiplies, which need nothing from the backward pass, at its
-    start, and a scaled copy of every kernel waits through it: 157 MiB of the
-    simulated peak at 513x513 for Xception-65's 41 M weights.
+    start, and a scaled copy of every kernel waits through it.
     """
     decayed = {id(v) for v in decayed}
     out = []
@@ -42,16 +42,6 @@ def _with_l2(grads, variables, decayed, coefficient):
                 g = g + tf.cast(coefficient, v.dtype) * v.value
         out.append(g)
     return out
-
-
-def _after(tensor, gradients):
-    """``tensor``, computed only once ``gradients`` are: by control dependencies, and a data
-    one on the first (0 * an element; XLA drops control dependencies). The first is the
-    stem's, which the backward pass reaches last."""
-    with tf.control_dependencies(gradients):
-        tensor = tf.identity(tensor)
-    flat = tf.reshape(gradients[0], [-1])
-    return tensor + tf.cast(tf.reduce_sum(flat[:1]) * 0, tensor.dtype)
 
 
 def selects(optimizer, variables):
@@ -173,7 +163,10 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
         """(loss, gradients, logits) of one (micro-)batch; ``after``: gradients to wait for."""
         inputs = normalize(images)
         if after is not None:
-            inputs = _after(inputs, after)
+            # The next micro-batch's forward pass waits for this one's gradients (the
+            # first, the stem's, is the last the backward pass reaches), so the two
+            # micro-batches' activations are never alive at once.
+            inputs = gated(inputs, after)
         if placed:
             # tf.gradients puts each gradient op on its forward op's device; a tape
             # would put the whole backward pass on the default device.

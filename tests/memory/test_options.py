@@ -1,0 +1,82 @@
+"""`RewriteOptions`: one frozen set of switches for the rewrite, and `none()` changing
+nothing but the recompute segments."""
+
+import dataclasses
+
+import keras
+import numpy as np
+import pytest
+
+from tfseg import memory
+from tfseg.layers import Recompute
+from tfseg.memory import RewriteOptions, blocks
+from tfseg.models import deeplab_v3_plus
+
+# Tiny and odd-sized: every stride rounds, one middle unit to recompute.
+TINY = dict(width_multiplier=0.125, middle_repeats=1, input_shape=(65, 97, 3))
+
+
+def test_options_are_frozen_and_all_none_replace_name_the_same_fields():
+    default = RewriteOptions()
+    names = [field.name for field in dataclasses.fields(RewriteOptions)]
+    assert len(names) == 8 and RewriteOptions.names() == tuple(names)
+    assert RewriteOptions.all() == default and all(getattr(default, n) for n in names)
+    assert not any(getattr(RewriteOptions.none(), n) for n in names)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        default.fold_residual = False
+    unfolded = default.replace(fold_residual=False)
+    assert default.fold_residual and not unfolded.fold_residual
+    assert [n for n in names if getattr(unfolded, n) != getattr(default, n)] == ["fold_residual"]
+    with pytest.raises(TypeError):
+        default.replace(fold_residuals=False)
+
+
+def test_on_is_the_string_vocabulary_and_refuses_an_unknown_name():
+    options = RewriteOptions.none().replace(lean_attention=True)
+    assert options.on("lean_attention") and not options.on("fuse_relu_conv")
+    with pytest.raises(ValueError, match="fuse_relu_convs"):
+        options.on("fuse_relu_convs")
+    with pytest.raises(ValueError, match="unknown rewrite option"):
+        blocks.register_twin(keras.layers.Layer, "lean_atention")  # misspelt: refused now
+
+
+def test_a_switch_passed_as_before_is_refused():
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    with pytest.raises(TypeError, match="RewriteOptions"):
+        memory.rewrite(memory.as_functional(model), False)
+    with pytest.raises(TypeError):
+        memory.changes(model, fuse_separable=False)
+
+
+def _filled_fields(summary, but=()):
+    """The names of `summary`'s fields that hold something, `but` those."""
+    return [f.name for f in dataclasses.fields(summary)
+            if f.name not in but and getattr(summary, f.name)]
+
+
+def test_none_changes_nothing_but_the_recompute_segments():
+    stock = deeplab_v3_plus(5, dropout=0.0, **TINY)
+    none = RewriteOptions.none()
+    assert _filled_fields(memory.changes(stock, none)) == []
+    assert _filled_fields(memory.changes(stock)) != []  # each trick finds something here
+    same = memory.rewrite(stock, none)
+    assert [type(l) for l in same.layers] == [type(l) for l in stock.layers]
+    assert sorted(w.path for w in same.weights) == sorted(w.path for w in stock.weights)
+
+    # DeepLab without memory_saving, recompute alone: stock layers, some in Recompute.
+    built = deeplab_v3_plus(5, dropout=0.0, recompute=("middle_unit1", "decoder"), **TINY)
+    segments = [l for l in built.layers if isinstance(l, Recompute)]
+    assert [l.name for l in segments] == ["middle_unit1", "decoder"]
+    assert all(l.tail is None for l in segments)  # no separable conv fused
+    inside = {type(sub) for l in segments for sub in l.block._flatten_layers()}
+    outside = {type(l) for l in built.layers if not isinstance(l, Recompute)}
+    stock_kinds = {type(l) for l in stock._flatten_layers()}
+    assert (inside | outside) - {keras.Model} <= stock_kinds
+    assert sorted(w.path for w in built.weights) == sorted(w.path for w in stock.weights)
+    rng = np.random.RandomState(0)
+    for w in stock.weights:
+        w.assign(w.numpy() + rng.uniform(0, 0.1, w.shape).astype("float32"))
+    memory.copy_weights(stock, built)
+    images = rng.uniform(-1, 1, (1, 65, 97, 3)).astype("float32")
+    np.testing.assert_allclose(built(images, training=False), stock(images, training=False),
+                               rtol=1e-5, atol=1e-5)

@@ -1,0 +1,122 @@
+"""Which memory-saving tricks `tfseg.memory.rewrite` applies: `RewriteOptions`.
+
+One vocabulary for the switches: the dataclass's field names are also the option names
+that `tfseg.memory.blocks.register_twin` takes ("fuse_relu_conv", "lean_attention"),
+asked with `RewriteOptions.on`.
+"""
+
+import dataclasses
+
+__all__ = ["RewriteOptions", "of"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RewriteOptions:
+    """The tricks `tfseg.memory.rewrite` and `tfseg.memory.changes` apply; each on by
+    default. Frozen: make another with `replace`.
+
+    Attributes:
+      fuse_separable: wrap each [activation/ZeroPadding2D ->] DepthwiseConv2D ->
+        norm [-> activation] -> linear Conv2D chain (a separable conv, e.g.
+        DeepLab's or MobileNetV2's) in `Recompute(block, tail=conv)`: it keeps
+        only the chain's input, runs the cheap depthwise part again in the
+        backward pass and never runs the conv twice. Inside, the single-layer
+        twins below apply too, which shrinks the block's second run.
+      fuse_relu_depthwise: replace ReLU [-> ZeroPadding2D] -> DepthwiseConv2D
+        (either order) by `ReluDepthwiseConv2D`, and any other elementwise
+        activation there (ReLU6, leaky ReLU, swish, hard-swish, GELU, ...: see
+        `tfseg.layers.elementwise`) by `ActivationDepthwiseConv2D`, where each
+        output feeds only the next layer: the conv keeps the activation's input
+        and runs the activation again in its backward pass.
+      fuse_relu_conv: the same for an activation [-> ZeroPadding2D] -> Conv2D, by
+        `ReluConv2D` or `ActivationConv2D`, and -> MaxPooling2D, by
+        `ActivationMaxPooling2D` (ResNet's stem); also a squeeze-and-excitation
+        `Multiply([x, s])` -> Conv2D, by `ActivationConv2D(x, scale=s)`, which
+        does not keep the product; and -> Dense, by `ActivationDense` (a
+        transformer MLP's GELU output is not kept). Also the Dense pairs and
+        registered twins inside subclassed blocks (`tfseg.memory.blocks`).
+      inplace_norm: replace every stock `BatchNormalization`, `GroupNormalization`,
+        `LayerNormalization` and `RMSNormalization` by its output-only twin (a layer
+        norm whose gamma starts at zero stays stock, and the log says so).
+      lean_dilated: replace the other dilated `DepthwiseConv2D`s by
+        `LeanDepthwiseConv2D`, which does not keep a space-to-batch copy.
+      fold_residual: fold a two-input `Add` right after an output-only norm (a
+        residual connection) into the norm: it returns the sum and keeps it
+        instead of its own output, rebuilding that as sum - other input (within
+        an ulp of the sum). The Add's layer is gone; the norm's name and weights
+        stay. Where the other input is a plain ReLU's output that only convs and
+        such Adds read (ResNet's block outputs), that ReLU is not made at all: the
+        convs take it in and the norm adds relu(input) (`residual_relu`). Needs
+        `inplace_norm`.
+      lean_attention: replace every stock `MultiHeadAttention` by
+        `LeanMultiHeadAttention`, which computes its probabilities again in the
+        backward pass instead of keeping them (dropout on them replayed from its
+        seed); also registered attention blocks' twins (`tfseg.memory.blocks`).
+      lean_upsampling: where a nested model (a backbone) ends in an `UpSampling2D`
+        (bilinear or nearest) that only a 1x1 `Conv2D` after it reads, rewrite the
+        nested model without it and the conv as `UpsampledConv2D`, which convolves
+        first and keeps the small map (keras-hub's DeepLabV3). The nested model in the
+        rewritten model then returns the map before the upsampling. A nested
+        `Sequential` keeps its upsampling. Likewise where `Resizing` outputs are
+        concatenated for a nested model that starts with a 1x1 conv (SegFormer's
+        decoder): the conv becomes `ResizedConcatConv2D` over the maps before their
+        resize, and the nested model starts from the conv's output.
+
+    Example:
+
+    >>> options = RewriteOptions().replace(fold_residual=False)
+    >>> options.on("fuse_relu_conv"), options.on("fold_residual")
+    (True, False)
+    >>> RewriteOptions.none().on("lean_attention")
+    False
+    >>> RewriteOptions.all() == RewriteOptions()
+    True
+    """
+
+    fuse_separable: bool = True
+    fuse_relu_depthwise: bool = True
+    fuse_relu_conv: bool = True
+    inplace_norm: bool = True
+    lean_dilated: bool = True
+    fold_residual: bool = True
+    lean_attention: bool = True
+    lean_upsampling: bool = True
+
+    @classmethod
+    def names(cls):
+        """The option names, in field order."""
+        return tuple(field.name for field in dataclasses.fields(cls))
+
+    @classmethod
+    def all(cls):
+        """Every trick on (the default)."""
+        return cls(**dict.fromkeys(cls.names(), True))
+
+    @classmethod
+    def none(cls):
+        """Every trick off: a rewrite then changes nothing but its `recompute` segments."""
+        return cls(**dict.fromkeys(cls.names(), False))
+
+    def replace(self, **changes):
+        """A copy with `changes` (option name -> bool); an unknown name is a TypeError."""
+        return dataclasses.replace(self, **changes)
+
+    def on(self, name):
+        """Whether the option `name` (a field name, e.g. "fuse_relu_conv") is on; a
+        ValueError for a name that is none, so a misspelt registration fails loudly."""
+        if name not in self.names():
+            raise ValueError(f"unknown rewrite option {name!r}; the options are "
+                             f"{', '.join(self.names())}")
+        return getattr(self, name)
+
+
+def of(options):
+    """`options` as `RewriteOptions`: None is the default (every trick on); anything
+    else that is not one is a TypeError (a bool passed where a switch once was)."""
+    if options is None:
+        return RewriteOptions()
+    if not isinstance(options, RewriteOptions):
+        raise TypeError(f"options must be a tfseg.memory.RewriteOptions or None, not "
+                        f"{type(options).__name__}: pass RewriteOptions(fuse_separable=False, "
+                        f"...) instead of the switches as arguments")
+    return options
