@@ -16,9 +16,10 @@ on the backbone's output: 2048 channels at 64x128 for a 1024x2048 image at outpu
 Each form's step is one forward pass and the gradients of the input and the kernel for a
 fixed output gradient, in a `tf.function`; the time is the median of `--steps` calls
 after two warm-up calls, each call ended by reading one value of its result (a device
-sync); each form's gradients are compared with the first form's (`grad_difference`). On a GPU the allocator's peak over the call is read too. `copy_ratio` is the
-space-to-batch copy's size over the input's (`tfseg.layers.dilated.copy_ratio`): the
-rewrite takes the taps where it is at least the device's `MIN_COPY_RATIO`. Prints a table
+sync); each form's gradients are compared with the first form's (`grad_difference`). On
+a GPU the allocator's peak over the call is read too. `copy_ratio` is the space-to-batch
+copy's size over the input's (`tfseg.layers.dilated.copy_ratio`): the rewrite takes the
+taps where it is at least the device's `MIN_COPY_RATIO`. Prints a table
 and one JSON line; bad arguments: one line, exit 2.
 """
 

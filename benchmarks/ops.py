@@ -25,7 +25,8 @@ traced for one batch, never run. What is counted:
 Prints a table (stock, memory_saving, recompute; the ratio to stock), the largest op
 types and layer scopes where memory_saving has more ops than stock, and a last line of
 JSON. The update is traced under `tfseg.training.step.make_train_step`'s default guard,
-a `tf.cond`; `--guard=select` traces it written through selects instead. Bad arguments: one line, exit 2.
+a `tf.cond`; `--guard=select` traces it written through selects instead. Bad arguments:
+one line, exit 2.
 """
 
 import collections

@@ -40,7 +40,7 @@ class Stepper:
     """
 
     def __init__(self, config, strategy, run, stop, log, result):
-        self.config, self.strategy, self.run_, self.stop, self.log = (
+        self.config, self.strategy, self.training, self.stop, self.log = (
             config, strategy, run, stop, log)
         self.result = result
         settings = config.run
@@ -71,10 +71,10 @@ class Stepper:
             while self.outcomes.ahead < self.config.optim.train_steps:
                 # --grad_accum_steps: one update of `accum` micro-batches, all counted read.
                 micro = [next(self.batches) for _ in range(accum)]
-                loss, finite, predictions = self.run_.train_step(
+                loss, finite, predictions = self.training.train_step(
                     micro[0] if accum == 1 else micro)
-                self.run_.read.assign_add(accum)
-                self.outcomes.add(loss, finite, self.run_.step.read_value())
+                self.training.read.assign_add(accum)
+                self.outcomes.add(loss, finite, self.training.step.read_value())
                 self.window_steps += 1
                 if not (self.stop or self.due(self.outcomes.ahead)):
                     continue  # queue the next step without waiting for this one
@@ -98,7 +98,7 @@ class Stepper:
                     f"{self.result['checkpoint'] or '(none)'}. Lower --learning_rate or add "
                     f"--warmup_steps.")
             # False when the loss-scale optimizer skipped the update.
-            self.skipped(advanced, current, self.run_.optimizer, self.result["checkpoint"])
+            self.skipped(advanced, current, self.training.optimizer, self.result["checkpoint"])
         # Whether the last step reached a new step: nothing to log or save otherwise.
         # (No earlier queued step can have reached a step acted on: see Outcomes.)
         advanced = current > self.result["step"]
@@ -116,7 +116,7 @@ class Stepper:
             self.window_start += time.perf_counter() - eval_start
         if (advanced and (current % settings.checkpoint_every == 0 or current == steps)) or (
                 self.stop and self.saved_at != current):
-            self.result["checkpoint"] = self.run_.ckpts.save(current)
+            self.result["checkpoint"] = self.training.ckpts.save(current)
             self.saved_at = current
         if self.stop:
             self.result["stopped_by"] = self.stop.signal
@@ -130,7 +130,7 @@ class Stepper:
         seconds = time.perf_counter() - self.window_start
         images = self.window_steps * self.config.optim.grad_accum_steps * batch
         images_per_s = images / max(seconds, 1e-9)
-        lr = float(self.run_.optimizer.learning_rate)  # the schedule's value now
+        lr = float(self.training.optimizer.learning_rate)  # the schedule's value now
         self.progress.update(current, loss, lr, images_per_s, memory_peak())
         tf.summary.scalar("loss", loss, step=current)
         tf.summary.scalar("learning_rate", lr, step=current)
@@ -143,6 +143,6 @@ class Stepper:
             # The last micro-batch's: the predictions are of it.
             images, labels = (self.strategy.experimental_local_results(t)[0]
                               for t in micro[-1])
-            summaries.write_samples(images, labels, predictions, self.run_.source.palette,
+            summaries.write_samples(images, labels, predictions, self.training.source.palette,
                                     current, settings.num_summary_images)
         self.window_start, self.window_steps = time.perf_counter(), 0
