@@ -93,6 +93,9 @@ def test_flags_parse_lists_and_saved_configs_round_trip():
         Config.from_flags({**values, "crop_size": ["big"]})
     with pytest.raises(InputError, match="^--eval_crop: expected 2 values, got 3"):
         Config.from_flags({**values, "eval_crop": ["1", "2", "3"]})
+    # A size of the right shape but out of range names the rule, not the shape.
+    with pytest.raises(InputError, match="^--eval_crop: each side must be at least 1, got 0,0$"):
+        Config.from_flags({**values, "eval_crop": ["0", "0"]})
     saved = {**json.loads(config.to_json()), "class_names": ["a"], "palette": [[0, 0, 0]]}
     assert Config.from_dict(saved) == config
     # A run saved before the reference conventions: the model it was, today's defaults.

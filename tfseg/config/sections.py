@@ -203,7 +203,9 @@ class Eval:
     def __post_init__(self):
         finite(self)
         one_of(self.mode, EVAL_MODES, "eval_mode")
-        check(len(self.crop) == 2 and min(self.crop) >= 1, "eval_crop", "must be HEIGHT,WIDTH")
+        check(len(self.crop) == 2, "eval_crop", "must be HEIGHT,WIDTH")
+        check(min(self.crop) >= 1, "eval_crop",
+              f"each side must be at least 1, got {','.join(map(str, self.crop))}")
         check(len(self.stride) == 2 and all(0 < s <= c for s, c in zip(self.stride, self.crop)),
               "eval_stride", "must be positive and at most --eval_crop (windows must overlap "
               "or touch)")
