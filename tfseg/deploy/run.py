@@ -7,10 +7,28 @@ from tfseg import data as data_lib
 from tfseg.data.footprint import image_size
 from tfseg.errors import InputError
 from tfseg.io.outputs import replaced_folder, require_replaceable
+from tfseg.runtime import files
 from tfseg.evaluation.evaluate import eval_data, inference_config
 from tfseg.evaluation.loading import load_model
 from tfseg.deploy.registry import EXPORTERS, all_entries
 from tfseg.deploy.serving import Request, resized
+
+
+# The run's data set, as its config.json records it: int8 calibration reads it where the
+# flags leave these settings at their defaults.
+RECORDED_DATA = ("dataset", "data_dir", "train_split")
+
+
+def recorded_data(config, saved):
+    """``config`` with the data set ``saved`` (the run's config.json dict) records, for each
+    of ``RECORDED_DATA`` the command leaves at its default: the training images the run
+    read, not ``--data_dir``'s default folder (where the synthetic reader would write a
+    new data set)."""
+    if not saved:
+        return config
+    settings, current, default = config.settings_of(saved), config.flat(), type(config)().flat()
+    return config.replace(**{name: settings[name] for name in RECORDED_DATA
+                             if name in settings and current[name] == default[name]})
 
 
 def calibration_images(config, size, count):
@@ -62,13 +80,15 @@ def export_size(config):
     return tuple(sizes.pass_size(max(n - half, 1)) for n in config.data.crop_size)
 
 
-def request_of(config, log=print):
+def request_of(config, log=print, saved=None):
     """The ``Request`` of ``config``: the export size (``export_size``), the pass sizes
     the model maps exactly (eval's), the logits, the quantisation and, for int8, the
-    calibration images."""
+    calibration images (of the data set ``saved``, the run's config.json, records:
+    ``recorded_data``)."""
     run = config.run
     size = export_size(config)
-    calibration = (calibration_images(config, size, run.calibration_images)
+    calibration = (calibration_images(recorded_data(config, saved), size,
+                                      run.calibration_images)
                    if run.tflite_quantization == "int8" else None)
     return Request(size=size, logits=run.export_logits, quantization=run.tflite_quantization,
                    calibration=calibration, log=log,
@@ -113,7 +133,7 @@ def export(config, log=print):
                         lambda name: name in entries)
     loaded = load_model(config, stock=True, log=log)
     model, path, config = loaded.model, loaded.checkpoint, loaded.config
-    request = request_of(config, log)
+    request = request_of(config, log, files.load_config(os.path.dirname(path) or "."))
     written = []
     with replaced_folder(export_dir, "--export_dir") as new:
         for exporter in exporters:
