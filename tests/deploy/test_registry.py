@@ -28,3 +28,19 @@ def test_a_missing_converter_names_the_extra():
 
 def test_only_onnx_needs_the_extra():
     assert {name for name, e in EXPORTERS.items() if e.needs} == {"onnx"}
+
+
+def test_a_converter_that_fails_on_import_is_one_line_naming_it(tmp_path, monkeypatch):
+    # A real module that raises on import, as a tf2onnx beside an onnx of the wrong
+    # version does (it was a traceback, exit 1).
+    (tmp_path / "tfseg_broken_converter.py").write_text(
+        "raise AttributeError(\"module 'onnx' has no attribute 'mapping'\\nmore\")\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    exporter = Exporter("onnx", ("model.onnx",), write=None,
+                        needs=("json", "tfseg_broken_converter"))
+    with pytest.raises(InputError) as error:
+        exporter.require()
+    assert str(error.value) == (
+        "--export_format=onnx: tfseg_broken_converter is installed but fails on import "
+        "(AttributeError: module 'onnx' has no attribute 'mapping'); reinstall it: "
+        'pip install "tfseg[export]"')

@@ -202,4 +202,5 @@ def test_predict_refuses_a_model_path_it_cannot_run_in_one_line(trained, tmp_pat
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1, proc.stderr
         assert lines[0].startswith("tfseg: error: --model_path: ") and message in lines[0]
+        assert lines[0].count("--model_path") == 1, lines[0]  # named once, not wrapped
         assert str(path) in lines[0] and not (tmp_path / "out").exists()

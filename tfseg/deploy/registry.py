@@ -12,6 +12,7 @@ Example::
 """
 
 import dataclasses
+import importlib
 import importlib.util
 import os
 from typing import Callable, Optional, Tuple
@@ -49,11 +50,16 @@ class Exporter:
     open_needs: Tuple[str, ...] = ()
 
     def require(self):
-        """Refuses in one line, before any work, a format whose converter is missing."""
+        """Refuses in one line, before any work, a format whose converter is missing or
+        fails on import (a broken install: an ``onnx`` of a version ``tf2onnx`` cannot
+        use)."""
         missing = _missing(self.needs)
         if missing:
             raise InputError(f"--export_format={self.name} needs {', '.join(missing)}, "
                              f"which is not installed: {EXTRA}")
+        broken = _broken(self.needs)
+        if broken:
+            raise InputError(f"--export_format={self.name}: {broken}")
 
 
 EXPORTERS = {}
@@ -62,6 +68,18 @@ EXPORTERS = {}
 def _missing(modules):
     """The ones of ``modules`` that are not installed."""
     return [m for m in modules if importlib.util.find_spec(m) is None]
+
+
+def _broken(modules):
+    """Why the first of ``modules`` that fails on import does, in one line, or None."""
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as error:  # a broken install raises anything
+            first = (str(error).strip().splitlines() or [""])[0][:200]
+            return (f"{module} is installed but fails on import ({type(error).__name__}: "
+                    f"{first}); reinstall it: {EXTRA}")
+    return None
 
 
 def register(name, entries, needs=()):
@@ -98,8 +116,13 @@ def open_model(path):
             if missing:
                 raise InputError(f"--model_path: running {path} needs {', '.join(missing)}, "
                                  f"which is not installed: {EXTRA}")
+            broken = _broken(exporter.open_needs)
+            if broken:
+                raise InputError(f"--model_path: running {path}: {broken}")
             try:
                 return exporter.open(path)
+            except InputError:
+                raise  # the format's own check, already one line naming the file
             except Exception as error:  # each runtime raises its own types
                 first = (str(error).strip().splitlines() or [repr(error)])[0]
                 raise InputError(f"--model_path: {path} could not be read as "
