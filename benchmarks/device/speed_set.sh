@@ -2,8 +2,10 @@
 # Device side: issue 45's speed set in its priority order, on one lent GPU, after setup.sh.
 # Every stage writes its results under OUT as it goes, so a call cut short keeps them.
 #   bash benchmarks/device/speed_set.sh SECONDS [STAGE,...]   # budget for the stages named
-#   bash benchmarks/device/speed_set.sh 540 first    # call 1: full, torch, loop
-#   bash benchmarks/device/speed_set.sh 540 second   # call 2, warm machine: xla, bf16, dilated, largest
+#   bash benchmarks/device/speed_set.sh 420 first    # call 1: full, torch, loop
+#   bash benchmarks/device/speed_set.sh 360 second   # call 2, warm machine: xla, bf16, dilated, largest
+# A task's device time is 15 minutes: the install's calls (about a minute), then these two.
+# Each stage is capped; in the second call the largest batch runs only if time is left.
 # Stages, each bounded by what is left:
 #   full     stock and memory saving at 1024x2048 b1 (benchmarks/gpu.py); each process's
 #            first step is the warm start, the second reading the driver's cache the first filled
@@ -37,14 +39,14 @@ stage torch 150 python3 benchmarks/peers/torch_deeplab.py --sizes 1024x2048x1 --
   --max_seconds 145
 # Batch norm, as gpu.py's rows have it, so that the loop/step ratio compares one step.
 STEP=$(python3 -c "import json; r=[r for r in json.load(open('$OUT/full/gpu.json'))['rows'] if r['name']=='memory_saving' and r['result']]; print('fullres=%s' % r[0]['result']['step_seconds'] if r else '')" 2>/dev/null)
-stage loop 170 python3 benchmarks/gpu_loop.py --out "$OUT/gpu_loop.jsonl" --max_seconds 165 \
+stage loop 120 python3 benchmarks/gpu_loop.py --out "$OUT/gpu_loop.jsonl" --max_seconds 115 \
   --flag=--norm=batch ${STEP:+--step_seconds $STEP}
 # XLA compiles the whole step for minutes (over 225 s on an H200, 2026-11-28): last but one.
-stage xla 330 python3 benchmarks/gpu.py --repeats 1 --parity --max_minutes 5.4 \
+stage xla 220 python3 benchmarks/gpu.py --repeats 1 --parity --max_minutes 3.6 \
   --out_dir "$OUT/xla" --rows '1024x2048 b1:memory_saving_xla' '1024x2048 b1:stock_xla'
-stage bf16 150 python3 benchmarks/gpu.py --repeats 1 --max_minutes 2.4 --out_dir "$OUT/bf16" \
+stage bf16 100 python3 benchmarks/gpu.py --repeats 1 --max_minutes 1.6 --out_dir "$OUT/bf16" \
   --rows '1024x2048 b1:memory_saving_bf16' '1024x2048 b1:memory_saving_bf16_layout_off'
-stage dilated 60 python3 benchmarks/dilated.py --out "$OUT/dilated.jsonl"
+stage dilated 40 python3 benchmarks/dilated.py --out "$OUT/dilated.jsonl"
 stage largest 240 python3 main.py --mode=report --model_dir "$OUT/largest" --crop_size=1024,2048 \
   --batch_size=1 --width_multiplier=1 --middle_repeats=16 --memory_budget_gb=22 \
   --report_variants=stock,memory_saving,recompute --report_repeats=1 --report_max_minutes=3.5

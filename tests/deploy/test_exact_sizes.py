@@ -109,6 +109,11 @@ def test_export_size_defaults_to_a_size_the_model_maps_exactly(data_dir, tmp_pat
                                              r"smaller than the output stride \(16\); give at "
                                              r"least 16,16$"):
             size(data_dir=data_dir, export_size=small)
+    # At output stride 8 the floor is 8.
+    assert size(data_dir=data_dir, export_size=(8, 9), output_stride=8) == (8, 9)
+    with pytest.raises(InputError, match=r"^--export_size: 7,9 is smaller than the output "
+                                         r"stride \(8\); give at least 8,8$"):
+        size(data_dir=data_dir, export_size=(7, 9), output_stride=8)
     # No data set on disk: the training crop, rounded to the nearest exact size.
     missing = str(tmp_path / "missing")
     assert size(data_dir=missing, crop_size=(129, 129)) == (128, 128)

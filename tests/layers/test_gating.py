@@ -52,6 +52,23 @@ def test_a_list_of_gradients_is_waited_for_and_an_empty_one_gates_too():
 
     out = f(tf.constant([1.0, 2.0]), tf.zeros([0]), tf.constant([float("nan")]))
     np.testing.assert_array_equal(out.numpy(), [1.0, 2.0])  # 0 * (no element): no NaN
+    graph = f.get_concrete_function(tf.zeros([2]), tf.zeros([0]), tf.zeros([1])).graph
+    x, a, b = (graph.get_operation_by_name(n) for n in ("x", "a", "b"))
+    gated = graph.outputs[0].op
+    assert _depends_on(gated, a) and _depends_on(gated, b)  # waits for every one
+    assert _depends_on(gated, a, data_only=True)  # the first carries the data input
+    assert not _depends_on(gated, b, data_only=True)
+
+
+@pytest.mark.parametrize("always_data", [False, True])
+def test_always_data_adds_the_data_dependency_without_xla_too(always_data):
+    @tf.function
+    def f(x, dy):
+        return gating.gated(x, [dy], always_data=always_data)
+
+    graph = f.get_concrete_function(tf.zeros([2]), tf.zeros([2])).graph
+    dy = graph.get_operation_by_name("dy")
+    assert _depends_on(graph.outputs[0].op, dy, data_only=True) == always_data
 
 
 def test_the_gamma_guard_keeps_gamma_away_from_zero_with_its_sign():

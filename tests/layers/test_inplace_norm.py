@@ -290,6 +290,9 @@ def test_a_single_value_per_channel_has_variance_zero_whatever_the_kernel_return
     # batch's shape is dynamic, a number where it is static.
     one = fused_norm.biased_variance(tf.constant([unbiased, unbiased]), count(1.0))
     np.testing.assert_array_equal(one.numpy(), [0.0, 0.0])
+    # No value at all (an empty batch): 0 too, not a negative variance.
+    none = fused_norm.biased_variance(tf.constant([unbiased, unbiased]), count(0.0))
+    np.testing.assert_array_equal(none.numpy(), [0.0, 0.0])
     many = fused_norm.biased_variance(tf.constant([4.0, 8.0]), count(4.0))
     np.testing.assert_allclose(many.numpy(), [3.0, 6.0])
 

@@ -5,6 +5,7 @@ classes and logits; the quantised .tflite files agree with it on the validation 
 import glob
 import importlib.util
 import os
+import subprocess
 
 import keras
 import numpy as np
@@ -204,3 +205,25 @@ def test_predict_refuses_a_model_path_it_cannot_run_in_one_line(trained, tmp_pat
         assert lines[0].startswith("tfseg: error: --model_path: ") and message in lines[0]
         assert lines[0].count("--model_path") == 1, lines[0]  # named once, not wrapped
         assert str(path) in lines[0] and not (tmp_path / "out").exists()
+
+
+def test_a_full_disk_while_the_saved_model_is_written_is_one_line_and_leaves_nothing(
+        trained, tmp_path):
+    """On a 1 MB tmpfs (a real full disk): TF's variable writer failed with its traceback,
+    exit 1. Skipped where this user may not mount."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("no right to mount a tmpfs here")
+    try:
+        proc = run_main("--mode=export", f"--model_dir={trained[1]}",
+                        f"--export_dir={disk / 'export'}", "--export_format=saved_model",
+                        check=False)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert lines[0] == (f"tfseg: error: --export_dir: could not write {disk / 'export'}: "
+                            f"No space left on device")
+        assert os.listdir(disk) == []  # the staged export removed, nothing filling the disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

@@ -2,6 +2,9 @@
 into ``--export_dir``."""
 
 import os
+import re
+
+import tensorflow as tf
 
 from tfseg import data as data_lib
 from tfseg.data.footprint import image_size
@@ -135,8 +138,13 @@ def export(config, log=print):
     model, path, config = loaded.model, loaded.checkpoint, loaded.config
     request = request_of(config, log, files.load_config(os.path.dirname(path) or "."))
     written = []
-    with replaced_folder(export_dir, "--export_dir") as new:
-        for exporter in exporters:
-            written.append(exporter.write(model, new, request))
+    try:
+        with replaced_folder(export_dir, "--export_dir") as new:
+            for exporter in exporters:
+                written.append(exporter.write(model, new, request))
+    except tf.errors.OpError as error:  # TF's own writes (a SavedModel's variables)
+        reason = re.sub(r"\s*\[Op:\w+\]$", "", error.message.strip().splitlines()[0])
+        raise InputError(f"--export_dir: could not write {export_dir}: "
+                         f"{reason.split('; ')[-1]}") from None
     log(f"exported {path} to {export_dir}:\n" + "\n".join(f"  {w}" for w in written))
     return export_dir

@@ -237,7 +237,8 @@ def require_writable(path, flag):
     while not os.path.isdir(above) and os.path.dirname(above) != above:
         above = os.path.dirname(above)
     try:
-        handle, probe = tempfile.mkstemp(prefix=STAGING_PREFIX, dir=above)
+        # Not STAGING_PREFIX: another process's clean-up would take it for a leftover.
+        handle, probe = tempfile.mkstemp(prefix=f".tfseg-probe-{os.getpid()}-", dir=above)
         os.close(handle)
         os.remove(probe)
     except OSError as error:

@@ -93,8 +93,8 @@ def biased_variance(unbiased, count):
 
         biased_variance(tf.constant([float("nan")]), 1.0)   # [0.]
     """
-    factor = ((count - 1) / max(count, 1) if isinstance(count, (int, float))
-              else (count - 1) / tf.maximum(count, 1))
+    factor = (max(count - 1, 0) / max(count, 1) if isinstance(count, (int, float))
+              else tf.maximum(count - 1, 0) / tf.maximum(count, 1))  # 0 values: 0 too
     return tf.math.multiply_no_nan(unbiased, tf.cast(factor, unbiased.dtype))
 
 

@@ -32,7 +32,7 @@ import tensorflow as tf
 from tensorflow.python.ops import control_flow_util  # XLA's context has no public test
 
 
-def gated(tensor, gradient, vector=None):
+def gated(tensor, gradient, vector=None, always_data=False):
     """`tensor`, usable only once `gradient` exists: a rebuild made from it cannot run
     in the forward pass; with `vector`, (tensor, vector).
 
@@ -42,6 +42,9 @@ def gated(tensor, gradient, vector=None):
         also carries the data dependency under XLA).
       vector: optional, a small tensor (per channel) that every full-size op of the
         rebuild reads; under XLA the data dependency goes on it instead of `tensor`.
+      always_data: add the data dependency without XLA too: for a gate that must hold
+        where XLA's auto-clustering (`--tf_xla_auto_jit`) may compile the graph outside
+        an XLA context (the training step's micro-batches).
 
     A control dependency orders the rebuild in TF's executor and costs nothing (the
     identity forwards the buffer). Under XLA, which drops control dependencies, the
@@ -52,7 +55,8 @@ def gated(tensor, gradient, vector=None):
     waits = list(gradient) if isinstance(gradient, (list, tuple)) else [gradient]
     with tf.control_dependencies(waits):
         out = tf.identity(tensor)
-    if not control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+    xla = control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+    if not (xla or always_data):
         return out if vector is None else (out, vector)
     flat = tf.reshape(waits[0], [-1])
     zero = tf.reduce_sum(flat[: tf.minimum(tf.size(flat), 1)]) * 0  # empty: 0

@@ -166,7 +166,7 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
             # The next micro-batch's forward pass waits for this one's gradients (the
             # first, the stem's, is the last the backward pass reaches), so the two
             # micro-batches' activations are never alive at once.
-            inputs = gated(inputs, after)
+            inputs = gated(inputs, after, always_data=True)
         if placed:
             # tf.gradients puts each gradient op on its forward op's device; a tape
             # would put the whole backward pass on the default device.
