@@ -91,8 +91,12 @@ def assert_matches_step(expected, new, images, compiled=True):
                                    err_msg=path)
 
 
-@pytest.mark.parametrize("norm", ["batch", "group"])
-@pytest.mark.parametrize("output_stride", [8, 16])
+# One case in the fast tier; each of the others takes about 20 s there (the suite's load).
+@pytest.mark.parametrize("output_stride,norm", [
+    (16, "batch"),
+    pytest.param(16, "group", marks=pytest.mark.slow),
+    pytest.param(8, "batch", marks=pytest.mark.slow),
+    pytest.param(8, "group", marks=pytest.mark.slow)])
 def test_rewrite_of_tfseg_model_keeps_weights_outputs_and_gradients(output_stride, norm, float64):
     expected = stock_step(output_stride, norm)
     stock = load(deeplab_v3_plus(5, output_stride=output_stride, norm=norm, dropout=0.0, **TINY),
