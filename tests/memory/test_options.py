@@ -48,10 +48,11 @@ def test_a_switch_passed_as_before_is_refused():
         memory.changes(model, fuse_separable=False)
 
 
-def _filled_fields(summary, but=()):
-    """The names of `summary`'s fields that hold something, `but` those."""
-    return [f.name for f in dataclasses.fields(summary)
-            if f.name not in but and getattr(summary, f.name)]
+def _filled_fields(summary):
+    """The names of `summary`'s records and plans that hold something."""
+    plans = {name: getattr(summary, name)
+             for name in ("replacements", "actions", "blocks", "inner", "cuts")}
+    return [name for name, value in {**summary.records, **plans}.items() if value]
 
 
 def test_none_changes_nothing_but_the_recompute_segments():

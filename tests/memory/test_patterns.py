@@ -62,9 +62,13 @@ def test_a_branches_segment_must_end_in_a_concatenate_of_separate_branches():
                        recompute=[memory.Segment("p", "stem_relu", "join", branches=True)])
 
 
+# Each stride once and each norm in CI (25-36 s each); the other three with -m full.
 @pytest.mark.slow
-@pytest.mark.parametrize("norm", ["batch", "group"])
-@pytest.mark.parametrize("output_stride", [8, 16, 32])
+@pytest.mark.parametrize("output_stride,norm", [
+    (8, "batch"), (16, "group"), (32, "batch"),
+    pytest.param(8, "group", marks=pytest.mark.full),
+    pytest.param(16, "batch", marks=pytest.mark.full),
+    pytest.param(32, "group", marks=pytest.mark.full)])
 def test_memory_saving_deeplab_runs_the_aspp_branches_one_at_a_time(output_stride, norm, float64):
     kwargs = dict(dropout=0.0, output_stride=output_stride, norm=norm, **TINY)
     expected = stock_step(output_stride, norm)

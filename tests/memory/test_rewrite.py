@@ -91,19 +91,17 @@ def assert_matches_step(expected, new, images, compiled=True):
                                    err_msg=path)
 
 
-# One case in the fast tier; each of the others takes about 20 s there (the suite's load).
-@pytest.mark.parametrize("output_stride,norm", [
-    (16, "batch"),
-    pytest.param(16, "group", marks=pytest.mark.slow),
-    pytest.param(8, "batch", marks=pytest.mark.slow),
-    pytest.param(8, "group", marks=pytest.mark.slow)])
-def test_rewrite_of_tfseg_model_keeps_weights_outputs_and_gradients(output_stride, norm, float64):
-    expected = stock_step(output_stride, norm)
-    stock = load(deeplab_v3_plus(5, output_stride=output_stride, norm=norm, dropout=0.0, **TINY),
-                 expected.weights)
-    segments = [memory.Segment("mid", "entry_block3_add", "middle_unit1_add")]
-    new = memory.rewrite(stock, recompute=segments)
-    summary = memory.changes(stock, recompute=segments)
+MID = [memory.Segment("mid", "entry_block3_add", "middle_unit1_add")]
+
+
+# What the rewrite does to the tiny DeepLab, at each stride and norm: about 2 s each. The
+# float64 step of the same rewrite, below, is slow (its graphs take 15-20 s to trace).
+@pytest.mark.parametrize("output_stride,norm", [(16, "batch"), (16, "group"), (8, "batch"),
+                                                (8, "group")])
+def test_rewrite_of_tfseg_model_twins_every_layer_it_should(output_stride, norm):
+    stock = deeplab_v3_plus(5, output_stride=output_stride, norm=norm, dropout=0.0, **TINY)
+    new = memory.rewrite(stock, recompute=MID)
+    summary = memory.changes(stock, recompute=MID)
     # Every separable conv fuses (entry 3 x 3, middle 2 x 3, exit 2 x 3, ASPP 3,
     # decoder 2), those inside the recompute segment "mid" too.
     assert len(summary.separable) == 9 + 6 + 6 + 3 + 2
@@ -139,6 +137,20 @@ def test_rewrite_of_tfseg_model_keeps_weights_outputs_and_gradients(output_strid
     assert isinstance(inner, Recompute) and inner.tail.name == "middle_unit1_sepconv1_pointwise"
     assert isinstance(inner.block.get_layer("middle_unit1_sepconv1_depthwise"), ReluDepthwiseConv2D)
     assert "middle_unit1_sepconv1_pointwise" not in {l.name for l in mid.block.layers}
+
+
+# Each stride and each norm in CI (15-27 s each); the other two with -m full.
+@pytest.mark.slow
+@pytest.mark.parametrize("output_stride,norm", [
+    (16, "batch"), (8, "group"),
+    pytest.param(16, "group", marks=pytest.mark.full),
+    pytest.param(8, "batch", marks=pytest.mark.full)])
+def test_rewrite_of_tfseg_model_keeps_weights_outputs_and_gradients(output_stride, norm, float64):
+    expected = stock_step(output_stride, norm)
+    stock = load(deeplab_v3_plus(5, output_stride=output_stride, norm=norm, dropout=0.0, **TINY),
+                 expected.weights)
+    new = memory.rewrite(stock, recompute=MID)
+    assert sorted(w.path for w in new.weights) == sorted(expected.weights)
     assert_matches_step(expected, new, deeplab_images())
 
 

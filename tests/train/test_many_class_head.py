@@ -30,8 +30,10 @@ def _batch():
 
 
 @pytest.mark.slow
+# Each stride, norm and variant in CI (26-42 s each); the third with -m full.
 @pytest.mark.parametrize("output_stride,norm,memory_saving", [
-    (16, "batch", True), (8, "group", False), (16, "group", True)])
+    (16, "batch", True), (8, "group", False),
+    pytest.param(16, "group", True, marks=pytest.mark.full)])
 def test_sharded_head_trains_as_the_stock_head(float64, output_stride, norm, memory_saving):
     def build(**kwargs):
         keras.utils.set_random_seed(0)

@@ -51,7 +51,8 @@ def run_metrics(predictor, dataset, class_names, stop=None):
 
 
 class PeriodicEval:
-    """Whole-image mIoU of the model being trained, on ``config.eval_split``.
+    """Whole-image mIoU of the model being trained, on ``data`` (the ``DataConfig`` of
+    ``config.eval_split``: ``eval_data``).
 
     Kept cheap for use inside training: one whole-image pass per image (whatever
     ``--eval_mode`` says), the input pipeline and the traced forward pass built
@@ -60,8 +61,8 @@ class PeriodicEval:
     points form one curve).
     """
 
-    def __init__(self, config, model, class_names):
-        self.dataset = data_lib.build_dataset(eval_data(config), training=False)
+    def __init__(self, config, model, class_names, data):
+        self.dataset = data_lib.build_dataset(data, training=False)
         self.predictor = Predictor(model, inference_config(config, mode="whole"))
         self.class_names = tuple(class_names)
         self.writer = tf.summary.create_file_writer(os.path.join(config.run.model_dir, EVAL_SUBDIR))

@@ -23,31 +23,12 @@ import logging
 
 import keras
 
-from tfseg.layers import (ActivationDense, InplaceBatchNormalization,
-                          InplaceGroupNormalization, InplaceLayerNormalization,
-                          InplaceRMSNormalization, LeanMultiHeadAttention)
+from tfseg.layers import ActivationDense, LeanMultiHeadAttention
 from tfseg.layers.elementwise import ELEMENTWISE_FUNCTIONS
 from tfseg.memory import blocks
+from tfseg.memory.twins import stateless_twin
 
 log = logging.getLogger("tfseg.memory")
-
-
-def stateless_twin(layer):
-    """(the stateless twin class of a stock norm or attention layer, or None; why a
-    layer of such a class keeps no twin, or None)."""
-    kind = type(layer)
-    if kind is keras.layers.LayerNormalization:
-        if layer.rms_scaling:
-            return None, None
-        if layer.scale and isinstance(layer.gamma_initializer, keras.initializers.Zeros):
-            # Its output-only backward divides by gamma: it would start at the guard.
-            return None, "gamma starts at zero"
-        return InplaceLayerNormalization, None
-    if kind is keras.layers.MultiHeadAttention:
-        return LeanMultiHeadAttention, None
-    return {keras.layers.RMSNormalization: InplaceRMSNormalization,
-            keras.layers.BatchNormalization: InplaceBatchNormalization,
-            keras.layers.GroupNormalization: InplaceGroupNormalization}.get(kind), None
 
 
 # A sublayer of a rebuilt copy that becomes a twin: its index among the copy's

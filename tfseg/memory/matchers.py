@@ -5,21 +5,11 @@ import collections
 
 import keras
 
-from tfseg.layers import (
-    InplaceBatchNormalization,
-    InplaceGroupNormalization,
-    ReluConv2D,
-    ReluDepthwiseConv2D,
-)
 from tfseg.layers import elementwise
 from tfseg.layers.recompute import is_linear_conv
 from tfseg.memory.segments import producer
+from tfseg.memory.twins import NORM_TWINS, fusable_conv
 
-# Exact stock classes only: a subclass may change the maths.
-NORM_TWINS = {
-    keras.layers.BatchNormalization: InplaceBatchNormalization,
-    keras.layers.GroupNormalization: InplaceGroupNormalization,
-}
 # Elementwise and deterministic, so a separable block can run them again.
 _ACTIVATIONS = (keras.layers.ReLU, keras.layers.Activation)
 
@@ -89,17 +79,6 @@ def activation_chain(graph, node):
     if act is not None and graph.shared(act.operation):
         return None, None  # a shared activation layer would still run elsewhere
     return (act, pad) if act is not None else (None, None)
-
-
-def fusable_conv(graph, layer, fuse_relu_depthwise, fuse_relu_conv):
-    """The twin that can take a ReLU into `layer`, a conv, or None."""
-    if type(layer) not in (keras.layers.DepthwiseConv2D, keras.layers.Conv2D):
-        return None
-    if graph.shared(layer) or layer.data_format != "channels_last":
-        return None
-    if type(layer) is keras.layers.DepthwiseConv2D:
-        return ReluDepthwiseConv2D if fuse_relu_depthwise else None
-    return ReluConv2D if fuse_relu_conv and getattr(layer, "groups", 1) == 1 else None
 
 
 def shared_relus(graph, taken, fuse_relu_depthwise, fuse_relu_conv, fold_adds):
@@ -222,3 +201,16 @@ def scaled_input(graph, conv):
                 and full.shape[1] != 1 and full is not scale):
             return node, full, scale
     return None
+
+
+def plain_conv(graph, node):
+    """`keras.layers.Conv2D` or `keras.layers.DepthwiseConv2D` where `node`'s layer is
+    exactly one, called once in `graph`, channels-last and ungrouped, else None: the
+    convs a twin can replace."""
+    layer = node.operation
+    kind = type(layer)
+    if kind not in (keras.layers.DepthwiseConv2D, keras.layers.Conv2D) or graph.shared(layer):
+        return None
+    if layer.data_format != "channels_last" or getattr(layer, "groups", 1) != 1:
+        return None
+    return kind

@@ -5,8 +5,8 @@ import logging
 
 import keras
 
-from tfseg.layers import Recompute, ResizedConcatConv2D, SerialBranches
-from tfseg.memory.inside import rebuilt_with_twins, same_names, same_scope, seed_states
+from tfseg.layers import Recompute, SerialBranches
+from tfseg.memory.inside import same_names, same_scope, seed_states
 from tfseg.memory.options import of
 from tfseg.memory.patterns import Graph, changes
 
@@ -67,121 +67,14 @@ def rewrite(model, options=None, *, recompute=None, recompute_layer=Recompute):
     True
     """
     options = of(options)
-    graph = Graph(model)
     summary = changes(model, options, recompute)
-    folded = {id(norm) for norm, _ in summary.folds.values()}
-    multiplies = {id(multiply) for multiply, _, _ in summary.scaled.values()}
-    new_layers, rebuilt = {}, []
-    opaque = [n.operation.name for n in graph.nodes
-              if isinstance(n.operation, keras.Model) and as_functional(n.operation) is None]
-    if opaque:
-        log.warning("%s: nested models without a graph of layers are kept as they are, "
-                    "not rewritten: %s", model.name, opaque)
-
-    def twin(layer):
-        if layer not in new_layers:
-            nested = as_functional(layer) if isinstance(layer, keras.Model) else None
-            if nested is not None:  # a backbone inside a task model: rewritten too
-                if layer.name in summary.trimmed:  # its upsampling goes to the conv after
-                    end = summary.trimmed[layer.name].input_tensors[0]
-                    nested = keras.Model(nested.inputs, end, name=nested.name)
-                if layer.name in summary.headless:  # its first conv takes in the concat
-                    outputs = nested.outputs[0] if len(nested.outputs) == 1 else nested.outputs
-                    nested = keras.Model(summary.headless[layer.name].output, outputs,
-                                         name=nested.name)
-                new_layers[layer] = rewrite(nested, options, recompute_layer=recompute_layer)
-            elif isinstance(layer, keras.layers.Layer) and layer.name in summary.replacements:
-                cls, extra = summary.replacements[layer.name]
-                new_layers[layer] = same_scope(cls.from_config({**layer.get_config(), **extra}),
-                                                layer)
-                rebuilt.append(layer)  # its weights are copied once it is built
-            else:
-                # Kept: the layer itself, so no config needs to round-trip (keras-hub's
-                # often do not) and its variables keep their paths. An operation that
-                # is not a layer (`x + y` in a functional graph) has nothing to keep.
-                new_layers[layer] = layer
-        return new_layers[layer]
-
-    def block(name, inside, start, tail, end):
-        block_input = keras.Input(batch_shape=start.shape, dtype=start.dtype)
-        nodes = [n for n in graph.nodes if id(n) in inside]
-        inner = summary.inner.get(name, {})  # its fused separable convs
-        if name in summary.serial:
-            return SerialBranches([
-                keras.Model(block_input, run([n for n in nodes if id(n) in branch],
-                                             {id(start): block_input}, inner)[id(t)],
-                            name=f"{name}_branch{i}")
-                for i, (branch, t) in enumerate(zip(summary.serial[name], end.input_tensors))
-            ], axis=end.operation.axis, name=name)
-        last = nodes[-1] if tail is not None else end
-        out = run(nodes, {id(start): block_input}, inner)[id(last.outputs[0])]
-        tail = None if tail is None else twin(tail.operation)
-        block = keras.Model(block_input, out, name=f"{name}_block")
-        if tail is None:  # a segment
-            return recompute_layer(block, name=name)
-        return Recompute(block, tail=tail, name=name)
-
-    def run(nodes, tensors, blocks):
-        """Builds `nodes` from `tensors`; `blocks` (as `Changes.blocks`) are made whole."""
-        inside_blocks = set().union(*(b[1] for b in blocks.values()))
-        for node in nodes:
-            if id(node) in blocks:
-                name, inside, start, tail = blocks[id(node)]
-                layer = block(name, inside, start, tail, node)
-                tensors[id(node.outputs[0])] = layer(tensors[id(start)])
-                continue
-            if id(node) in inside_blocks:
-                continue  # built inside its block
-            if id(node) in summary.concats:  # the nested model's first conv, taking it in
-                conv, sizes = summary.concats[id(node)]
-                if conv not in new_layers:
-                    new_layers[conv] = same_scope(ResizedConcatConv2D.from_config(
-                        {**conv.get_config(), "input_sizes": sizes}), conv)
-                    rebuilt.append(conv)
-                tensors[id(node.outputs[0])] = new_layers[conv](
-                    [tensors[id(t)] for t in node.input_tensors])
-                continue
-            if id(node) in summary.skipped:
-                tensors[id(node.outputs[0])] = tensors[id(node.input_tensors[0])]
-                continue
-            if id(node) in folded or id(node) in multiplies:
-                continue  # made with its residual at the Add, or in the conv it feeds
-            if id(node) in summary.scaled:
-                _, full, scale = summary.scaled[id(node)]
-                tensors[id(node.outputs[0])] = twin(node.operation)(
-                    tensors[id(full)], scale=tensors[id(scale)])
-                continue
-            if id(node) in summary.folds:
-                norm, other = summary.folds[id(node)]
-                args, kwargs = norm.arguments.fill_in(tensors)
-                extra = {"residual_relu": True} if id(node) in summary.relu_residuals else {}
-                tensors[id(node.outputs[0])] = twin(norm.operation)(
-                    *args, residual=tensors[id(other)], **extra, **kwargs)
-                continue
-            args, kwargs = node.arguments.fill_in(tensors)
-            layer = node.operation
-            if layer not in new_layers and layer.name in summary.inside:
-                copy, outputs = rebuilt_with_twins(layer, summary.inside[layer.name], args,
-                                                   kwargs)
-                if copy is not None:
-                    new_layers[layer] = copy
-                    tensors.update(zip(map(id, node.outputs), keras.tree.flatten(outputs)))
-                    continue
-            outputs = twin(layer)(*args, **kwargs)
-            for old, new in zip(node.outputs, keras.tree.flatten(outputs)):
-                tensors[id(old)] = new
-        return tensors
-
+    builder = _Builder(Graph(model), summary, options, recompute_layer)
     inputs = [keras.Input(batch_shape=t.shape, dtype=t.dtype, name=t.name) for t in model.inputs]
-    tensors = run(graph.nodes, {id(old): new for old, new in zip(model.inputs, inputs)},
-                  summary.blocks)
+    tensors = builder.run(builder.graph.nodes, dict(zip(map(id, model.inputs), inputs)),
+                          summary.blocks)
     outputs = keras.tree.map_structure(lambda t: tensors[id(t)], model._outputs_struct)
     new_model = keras.Model(inputs, outputs, name=model.name)
-    for old in rebuilt:
-        new_layers[old].set_weights(old.get_weights())
-        same_names(new_layers[old], old)  # sublayers made in build(): MHA's
-        for source, target in zip(seed_states(old), seed_states(new_layers[old])):
-            target.assign(source)  # its dropout draws what the original's would
+    builder.copy_weights()
     twice = _shared_paths(new_model) - _shared_paths(model)
     if twice:  # a layer called both here and in a model nested here: two twins
         raise ValueError(f"{model.name}: the rewrite gave two variables the path "
@@ -189,6 +82,105 @@ def rewrite(model, options=None, *, recompute=None, recompute_layer=Recompute):
                          f"in it is not supported")
     log.info("rewrote %s: %s", model.name, summary)
     return new_model
+
+
+class _Builder:
+    """Builds the rewritten graph of `graph` (a `matchers.Graph`) from `summary` (its
+    `Changes`); the builder the plans (`tfseg.memory.plans`) call back."""
+
+    def __init__(self, graph, summary, options, recompute_layer):
+        self.graph, self.summary, self.options = graph, summary, options
+        self.recompute_layer = recompute_layer
+        self.new_layers = {}  # original layer -> the layer the new model calls
+        self.rebuilt = []  # originals whose twins get their weights once built
+        opaque = [n.operation.name for n in graph.nodes
+                  if isinstance(n.operation, keras.Model) and as_functional(n.operation) is None]
+        if opaque:
+            log.warning("%s: nested models without a graph of layers are kept as they are, "
+                        "not rewritten: %s", graph.model.name, opaque)
+
+    def twin(self, layer):
+        """What the new model calls for `layer`: a nested model rewritten, a twin, or
+        (kept) the layer itself, so no config needs to round-trip (keras-hub's often do
+        not) and its variables keep their paths. An operation that is not a layer (`x +
+        y` in a functional graph) has nothing to keep."""
+        if layer not in self.new_layers:
+            nested = as_functional(layer) if isinstance(layer, keras.Model) else None
+            if nested is not None:  # a backbone inside a task model: rewritten too
+                self.new_layers[layer] = self._nested(nested)
+            elif isinstance(layer, keras.layers.Layer) and layer.name in self.summary.replacements:
+                cls, extra = self.summary.replacements[layer.name]
+                return self.made(layer, cls, extra)
+            else:
+                self.new_layers[layer] = layer
+        return self.new_layers[layer]
+
+    def made(self, layer, cls, extra):
+        """`layer`'s twin of class `cls`, from its config with `extra`, made once."""
+        if layer not in self.new_layers:
+            self.new_layers[layer] = same_scope(cls.from_config({**layer.get_config(), **extra}),
+                                                layer)
+            self.rebuilt.append(layer)  # its weights are copied once it is built
+        return self.new_layers[layer]
+
+    def _nested(self, nested):
+        """`nested` rewritten, cut where a rule moved its end or start to the layer after
+        or before it (`Changes.cuts`)."""
+        cut = self.summary.cuts.get(nested.name, {})
+        if "end" in cut:  # its upsampling goes to the conv after
+            nested = keras.Model(nested.inputs, cut["end"], name=nested.name)
+        if "start" in cut:  # its first conv takes in the concat
+            outputs = nested.outputs[0] if len(nested.outputs) == 1 else nested.outputs
+            nested = keras.Model(cut["start"], outputs, name=nested.name)
+        return rewrite(nested, self.options, recompute_layer=self.recompute_layer)
+
+    def block(self, block, end):
+        """The layer that runs `block` (a `plans.Block` ending at the node `end`)."""
+        block_input = keras.Input(batch_shape=block.start.shape, dtype=block.start.dtype)
+        nodes = [n for n in self.graph.nodes if id(n) in block.inside]
+        inner = self.summary.inner.get(block.name, {})  # its fused separable convs
+        if block.branches is not None:
+            return SerialBranches([
+                keras.Model(block_input, self.run([n for n in nodes if id(n) in branch],
+                                                  {id(block.start): block_input}, inner)[id(t)],
+                            name=f"{block.name}_branch{i}")
+                for i, (branch, t) in enumerate(zip(block.branches, end.input_tensors))
+            ], axis=end.operation.axis, name=block.name)
+        last = nodes[-1] if block.tail is not None else end
+        out = self.run(nodes, {id(block.start): block_input}, inner)[id(last.outputs[0])]
+        model = keras.Model(block_input, out, name=f"{block.name}_block")
+        if block.tail is None:  # a segment
+            return self.recompute_layer(model, name=block.name)
+        return Recompute(model, tail=self.twin(block.tail.operation), name=block.name)
+
+    def call(self, node, tensors):
+        """`node`'s layer's twin called on the new tensors, as the node called it."""
+        args, kwargs = node.arguments.fill_in(tensors)
+        return self.twin(node.operation)(*args, **kwargs)
+
+    def run(self, nodes, tensors, blocks):
+        """Builds `nodes` from `tensors` (id(old tensor) -> new); `blocks` (id(node) ->
+        `plans.Block`) are made whole and their nodes inside them."""
+        inside_blocks = set().union(*(b.inside for b in blocks.values()))
+        for node in nodes:
+            plan = blocks.get(id(node))
+            if plan is None and id(node) in inside_blocks:
+                continue  # built inside its block
+            plan = plan or self.summary.actions.get(id(node))
+            outputs = self.call(node, tensors) if plan is None else plan.build(self, node,
+                                                                               tensors)
+            if outputs is not None:
+                tensors.update(zip(map(id, node.outputs), keras.tree.flatten(outputs)))
+        return tensors
+
+    def copy_weights(self):
+        """Gives each twin its original's weights and random states."""
+        for old in self.rebuilt:
+            new = self.new_layers[old]
+            new.set_weights(old.get_weights())
+            same_names(new, old)  # sublayers made in build(): MHA's
+            for source, target in zip(seed_states(old), seed_states(new)):
+                target.assign(source)  # its dropout draws what the original's would
 
 
 def _shared_paths(model):

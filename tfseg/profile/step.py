@@ -150,7 +150,7 @@ def build_step(config):
     strategy = builders.strategy(run)
     builders.set_dtype_policy(run)
     model, optimizer, counter, step = loop.build_step(
-        run, strategy, lambda norm: build_model(config, norm))
+        run, strategy, lambda norm: build_model(config, norm), builders.norm_for(run, strategy))
     return strategy, model, optimizer, step
 
 

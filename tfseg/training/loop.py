@@ -24,12 +24,12 @@ from tfseg.training.step import make_train_step
 from tfseg.training.stepper import Stepper
 
 
-def build_step(config, strategy, make_model):
+def build_step(config, strategy, make_model, norm):
     """(model, optimizer, step counter, train step) of ``config``: the model is
-    ``make_model(norm)``, under the strategy's scope with the norm it needs, split across
-    ``--model_devices`` if any (``tfseg.split.split_for_run``). The profiler measures this
-    very step (``tfseg.profile.step``)."""
-    norm = builders.norm_for(config, strategy)
+    ``make_model(norm)`` (``norm``: ``builders.norm_for``'s, the one the strategy needs),
+    under the strategy's scope, split across ``--model_devices`` if any
+    (``tfseg.split.split_for_run``). The profiler measures this very step
+    (``tfseg.profile.step``)."""
     with strategy.scope():
         model = make_model(norm)
         loss = losses.for_model(model, config.optim.class_weights)
@@ -50,6 +50,7 @@ class TrainingRun:
 
     Attributes:
       data: the training split's ``tfseg.data.DataConfig`` (``builders.data_config``).
+      eval_data: the evaluation split's, for ``--eval_every``.
       source: its ``tfseg.data.Source`` (class names, palette).
       norm: the norm the model was built with (``builders.norm_for``).
       model, optimizer: built under the strategy's scope (``build_step``).
@@ -61,6 +62,7 @@ class TrainingRun:
     """
 
     data: data_lib.DataConfig
+    eval_data: data_lib.DataConfig
     source: data_lib.Source
     norm: str
     model: keras.Model
@@ -74,19 +76,21 @@ class TrainingRun:
 def build(config, strategy):
     """The ``TrainingRun`` of ``config`` on ``strategy``: its checkpoints not restored yet."""
     data = builders.data_config(config, training=True)
+    eval_data = builders.data_config(config, training=False)  # whole images, batch 1
+    norm = builders.norm_for(config, strategy)
     source = data_lib.get_source(data)
     if config.optim.class_weights and len(config.optim.class_weights) != source.num_classes:
         raise InputError(f"--class_weights: {len(config.optim.class_weights)} values for "
                          f"{source.num_classes} classes of {config.data.dataset}")
     model, optimizer, step, train_step = build_step(
         config, strategy, lambda norm: builders.model(config, source.num_classes, norm,
-                                                      training=True))
+                                                      training=True), norm)
     read = tf.Variable(0, dtype=tf.int64, trainable=False, name="batches_read")
     ckpts = checkpoints.Checkpoints(model, config.run.model_dir, strategy,
                                     config.run.keep_checkpoints, optimizer=optimizer, step=step,
                                     batches_read=read)
-    return TrainingRun(data, source, builders.norm_for(config, strategy), model, optimizer,
-                       step, train_step, read, ckpts)
+    return TrainingRun(data, eval_data, source, norm, model, optimizer, step, train_step, read,
+                       ckpts)
 
 
 def train(config, log=print, stop=None, record=None):

@@ -117,11 +117,9 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
     says which optimizers it covers); "cond" applies the update in a ``tf.cond``,
     whose predicate a GPU must copy to the host (``Switch`` and ``If`` take it in
     host memory). "auto": "select" where it covers the optimizer, else "cond".
-    "cond" is the default because it measured faster: on an H200 (2026-11-28,
-    `benchmarks/device/guard_check.py`, memory saving, 513x513, batch 2) the select
-    form took 0.051 s a step against the cond's 0.046 s (its extra pass over the
-    weights and slots), and with either the call returned only at the step's end, so
-    the predicate's trip to the host kept no step from being queued. The cond sits in
+    "cond" is the default because it measured faster on a GPU (the select form makes an
+    extra pass over the weights and slots), and the predicate's trip to the host kept no
+    step from being queued (docs/benchmarks.md, `guard_check.py`). The cond sits in
     the cross-replica context because tf.distribute cannot ``merge_call`` (which
     ``apply_gradients`` does) from a cond inside a replica. Under ``mixed_float16``
     the ``LossScaleOptimizer`` does its own skipping of overflowing steps (with a

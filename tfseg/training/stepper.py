@@ -19,12 +19,12 @@ from tfseg.training.outcomes import Outcomes, SkippedUpdates
 from tfseg.training.progress import Progress, memory_peak
 
 
-def periodic_eval(config, model, source, chief):
-    """``evaluate(step)`` for ``--eval_every``, or None: off, or not the chief (which owns
-    the TensorBoard files; inference needs no other worker)."""
-    if not config.run.eval_every or not chief:
+def periodic_eval(config, run):
+    """``evaluate(step)`` for ``--eval_every`` of ``run`` (a ``TrainingRun``), or None: off,
+    or not the chief (which owns the TensorBoard files; inference needs no other worker)."""
+    if not config.run.eval_every or not run.ckpts.chief:
         return None
-    return PeriodicEval(config, model, source.class_names)
+    return PeriodicEval(config, run.model, run.source.class_names, run.eval_data)
 
 
 class Stepper:
@@ -50,7 +50,7 @@ class Stepper:
         dataset, self.data_stats = data_lib.build_dataset_with_stats(
             run.data, training=True, start_batch=int(run.read.numpy()))
         self.batches = data_lib.iterate(data_lib.distribute(dataset, strategy))
-        self.evaluate = periodic_eval(config, run.model, run.source, run.ckpts.chief)
+        self.evaluate = periodic_eval(config, run)
         self.writer = (tf.summary.create_file_writer(os.path.join(settings.model_dir, "train"))
                        if run.ckpts.chief else tf.summary.create_noop_writer())
         self.progress = Progress(config.optim.train_steps, start)

@@ -1,0 +1,118 @@
+"""The rewrite's rules (`tfseg.memory.rules`): one registry, run in its stated order; a
+new twin is one rule, gated by its option, and two rules planning one node fail."""
+
+import keras
+import numpy as np
+import pytest
+
+from tfseg import memory
+from tfseg.memory import RewriteOptions
+from tfseg.memory.plans import PASSES
+from tfseg.memory.rules import RECORDS, RULES, record, rule
+from tfseg.models import deeplab_v3_plus
+from tests.conftest import TINY
+
+
+@pytest.fixture
+def registry():
+    """The registry as it was, after the test's own rules."""
+    rules, records = list(RULES), dict(RECORDS)
+    yield
+    RULES[:] = rules
+    RECORDS.clear()
+    RECORDS.update(records)
+
+
+class CountingReLU(keras.layers.ReLU):
+    """A stand-in twin: a stock ReLU that counts its calls."""
+
+    calls = 0
+
+    def call(self, inputs):
+        CountingReLU.calls += 1
+        return super().call(inputs)
+
+
+def conv_net():
+    inputs = keras.Input((9, 11, 3))
+    x = keras.layers.Conv2D(4, 3, name="conv1")(inputs)
+    x = keras.layers.ReLU(name="relu1")(x)
+    x = keras.layers.Conv2D(4, 3, name="conv2")(x)
+    return keras.Model(inputs, keras.layers.ReLU(name="relu2")(x))
+
+
+# Each built-in rule, in its order, and the options that turn it on (any of them; none:
+# always): the conditions RewriteOptions' docstring states for each trick.
+BUILT_IN = {
+    "recompute_segments": (), "separable": ("fuse_separable",),
+    "shared_relus": ("fuse_relu_depthwise", "fuse_relu_conv"), "norms": ("inplace_norm",),
+    "activation_max_pooling": ("fuse_relu_conv",), "layer_norms": ("inplace_norm",),
+    "attention": ("lean_attention",), "resized_concat_conv": ("lean_upsampling",),
+    "inside_blocks": (), "activation_dense": ("fuse_relu_conv",),
+    "upsampled_conv": ("lean_upsampling",), "activation_depthwise": ("fuse_relu_depthwise",),
+    "activation_conv": ("fuse_relu_conv",), "scaled_conv": ("fuse_relu_conv",),
+    "lean_dilated": ("lean_dilated",), "residual_folds": ("fold_residual",)}
+
+
+def test_each_rule_and_record_is_registered_once_in_order_under_real_options():
+    assert {r.name: r.options for r in RULES} == BUILT_IN
+    assert list(BUILT_IN) == [r.name for r in RULES]  # in this order
+    assert [r.order for r in RULES] == sorted({r.order for r in RULES})
+    # Every option turns at least one rule on: none is a switch nothing reads.
+    assert {o for r in RULES for o in r.options} == set(RewriteOptions.names())
+    summary = memory.changes(deeplab_v3_plus(5, dropout=0.0, **TINY),
+                             recompute=[memory.Segment("mid", "entry_block3_add",
+                                                       "middle_unit1_add")])
+    assert summary.records.keys() == RECORDS.keys()
+    said = str(summary)
+    for phrase in ("recomputing 1 blocks (mid)", "separable convs", "activation+layer pairs",
+                   "norms output-only", "dilated depthwise convs lean"):
+        assert phrase in said
+    assert "attention" not in said  # an empty record says nothing
+
+
+def test_a_new_twin_is_one_rule_gated_by_its_option(registry):
+    record("counted", lambda names: f"counted {len(names)} ReLUs")
+
+    @rule("count_relus", order=1000, option="lean_attention")
+    def count_relus(finding):
+        for node in finding.open_nodes():
+            if type(node.operation) is keras.layers.ReLU:
+                finding.replace(node.operation, CountingReLU)
+                finding.add("counted", node.operation.name)
+
+    stock = conv_net()
+    only = RewriteOptions.none().replace(lean_attention=True)
+    summary = memory.changes(stock, only)
+    assert summary.counted == ["relu1", "relu2"] and str(summary) == "counted 2 ReLUs"
+    new = memory.rewrite(stock, only)
+    assert [type(new.get_layer(n)) for n in ("relu1", "relu2")] == [CountingReLU] * 2
+    images = np.random.RandomState(0).randn(2, 9, 11, 3).astype("float32")
+    CountingReLU.calls = 0
+    np.testing.assert_array_equal(new(images), stock(images))
+    assert CountingReLU.calls == 2
+    assert memory.changes(stock, RewriteOptions.none()).counted == []  # its option off
+    # With every trick on, the earlier activation rule takes relu1 into conv2 first.
+    assert memory.changes(stock).counted == ["relu2"]
+
+
+def test_a_rule_or_record_is_refused_twice_or_under_an_unknown_option(registry):
+    with pytest.raises(ValueError, match="unknown rewrite option"):
+        rule("misspelt", order=1001, option="lean_atention")
+    with pytest.raises(ValueError, match="'norms'"):
+        rule("norms", order=1002)
+    with pytest.raises(ValueError, match="order 30"):
+        rule("another", order=30)
+    with pytest.raises(ValueError, match="'fused'"):
+        record("fused", str)
+    with pytest.raises(ValueError, match="'actions'"):
+        record("actions", str)  # a name Changes holds otherwise would never be read
+
+
+def test_two_rules_planning_one_node_fail_naming_it(registry):
+    @rule("passes_relu1_again", order=1000)
+    def passes_relu1_again(finding):
+        finding.act(finding.graph.node_of("relu1"), PASSES)
+
+    with pytest.raises(AssertionError, match="relu1"):
+        memory.changes(conv_net())  # the activation rule passes it into conv2 already

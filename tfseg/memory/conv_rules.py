@@ -1,0 +1,127 @@
+"""The rules that fold what feeds a conv (or a dense or pooling layer) into its twin:
+activations, shared ReLUs, channel scales; and the lean dilated depthwise conv."""
+
+import keras
+
+from tfseg.layers import (
+    ActivationConv2D,
+    ActivationDepthwiseConv2D,
+    ActivationMaxPooling2D,
+    LeanDepthwiseConv2D,
+    ReluConv2D,
+    ReluDepthwiseConv2D,
+)
+from tfseg.layers import elementwise
+from tfseg.memory.matchers import activation_chain, plain_conv, scaled_input, shared_relus
+from tfseg.memory.plans import DROPS, PASSES, Scaled
+from tfseg.memory.rules import record, rule
+from tfseg.memory.twins import DENSE_TWINS
+
+record("fused", lambda pairs: f"fused {len(pairs)} activation+layer pairs")
+record("scaled", lambda pairs: f"folded {len(pairs)} channel scales into convs")
+record("lean", lambda names: f"made {len(names)} dilated depthwise convs lean")
+
+
+def take_activation(finding, node, relu_twin, twin):
+    """Plans `node`'s twin (`relu_twin` after a plain ReLU) taking in the activation
+    [and zero padding] before it, if there is one; returns whether there was."""
+    act, pad = activation_chain(finding.graph, node)
+    if act is None:
+        return False
+    finding.add("fused", (act.operation.name, node.operation.name))
+    finding.act(act, PASSES)
+    plain = elementwise.is_plain_relu(act.operation)
+    extra = {} if plain else {"input_activation": elementwise.serialize(act.operation)}
+    if pad is not None:
+        finding.act(pad, PASSES)
+        extra["input_padding"] = pad.operation.padding
+    finding.replace(node.operation, relu_twin if plain else twin, **extra)
+    return True
+
+
+@rule("shared_relus", order=20, option=("fuse_relu_depthwise", "fuse_relu_conv"))
+def shared_relu(finding):
+    """A plain ReLU read by several convs (and ReLUs, and Adds a norm folds) is not made:
+    each reader takes it in (`matchers.shared_relus`)."""
+    options = finding.options
+    found = shared_relus(finding.graph, finding.taken, options.fuse_relu_depthwise,
+                         options.fuse_relu_conv,
+                         fold_adds=options.inplace_norm and options.fold_residual)
+    for relu, (twins, adds) in found.items():
+        finding.act(relu, PASSES)
+        finding.relu_residuals |= adds
+        for name, cls in twins.items():
+            finding.add("fused", (relu.operation.name, name))
+            finding.changes.replacements[name] = (cls, {})
+
+
+@rule("activation_max_pooling", order=40, option="fuse_relu_conv")
+def activation_max_pooling(finding):
+    """Activation -> MaxPooling2D (ResNet's stem) as `ActivationMaxPooling2D`."""
+    for node in finding.open_nodes():
+        layer = node.operation
+        if (type(layer) is keras.layers.MaxPooling2D and not finding.graph.shared(layer)
+                and layer.data_format == "channels_last"):
+            take_activation(finding, node, ActivationMaxPooling2D, ActivationMaxPooling2D)
+
+
+@rule("activation_dense", order=80, option="fuse_relu_conv")
+def activation_dense(finding):
+    """Elementwise activation -> stock `Dense`/`EinsumDense` (not LoRA or quantized) as
+    its `DENSE_TWINS` twin: a transformer MLP's GELU output is not kept."""
+    for node in finding.open_nodes():
+        layer = node.operation
+        if (type(layer) not in DENSE_TWINS or finding.graph.shared(layer)
+                or getattr(layer, "lora_enabled", False)
+                or getattr(layer, "quantization_mode", None)):
+            continue
+        act, pad = activation_chain(finding.graph, node)
+        if act is None or pad is not None:
+            continue
+        finding.add("fused", (act.operation.name, layer.name))
+        finding.act(act, PASSES)
+        finding.replace(layer, DENSE_TWINS[type(layer)],
+                        input_activation=elementwise.serialize(act.operation))
+
+
+@rule("activation_depthwise", order=91, option="fuse_relu_depthwise")
+def activation_depthwise(finding):
+    """Activation [-> ZeroPadding2D] -> DepthwiseConv2D as `ReluDepthwiseConv2D` or
+    `ActivationDepthwiseConv2D`."""
+    for node in finding.open_nodes():
+        if plain_conv(finding.graph, node) is keras.layers.DepthwiseConv2D:
+            take_activation(finding, node, ReluDepthwiseConv2D, ActivationDepthwiseConv2D)
+
+
+@rule("activation_conv", order=92, option="fuse_relu_conv")
+def activation_conv(finding):
+    """Activation [-> ZeroPadding2D] -> Conv2D as `ReluConv2D` or `ActivationConv2D`."""
+    for node in finding.open_nodes():
+        if plain_conv(finding.graph, node) is keras.layers.Conv2D:
+            take_activation(finding, node, ReluConv2D, ActivationConv2D)
+
+
+@rule("scaled_conv", order=93, option="fuse_relu_conv")
+def scaled_conv(finding):
+    """Squeeze-and-excitation's `Multiply([x, s])` -> Conv2D as `ActivationConv2D(x,
+    scale=s)`, which does not keep the product."""
+    for node in finding.open_nodes():
+        if plain_conv(finding.graph, node) is not keras.layers.Conv2D:
+            continue
+        found = scaled_input(finding.graph, node)
+        if found is not None:
+            multiply, full, scale = found
+            finding.add("scaled", (multiply.operation.name, node.operation.name))
+            finding.act(multiply, DROPS)
+            finding.act(node, Scaled(full, scale))
+            finding.replace(node.operation, ActivationConv2D, input_activation=None)
+
+
+@rule("lean_dilated", order=94, option="lean_dilated")
+def lean_dilated(finding):
+    """Every other dilated DepthwiseConv2D as `LeanDepthwiseConv2D`."""
+    for node in finding.open_nodes():
+        if (plain_conv(finding.graph, node) is keras.layers.DepthwiseConv2D
+                and tuple(node.operation.dilation_rate) != (1, 1)):
+            finding.add("lean", node.operation.name)
+            finding.replace(node.operation, LeanDepthwiseConv2D)

@@ -1,0 +1,51 @@
+"""The rules across a nested model's boundary (`tfseg.memory.nested`): a 1x1 conv that
+takes in the upsampling before it, or the resized maps concatenated for it."""
+
+from tfseg.layers import UpsampledConv2D
+from tfseg.memory.matchers import plain_conv
+from tfseg.memory.nested import resized_concat_conv, upsampled_conv
+from tfseg.memory.plans import PASSES, ConcatConv
+from tfseg.memory.rules import record, rule
+
+record("upsampled", lambda pairs: f"moved {len(pairs)} upsamplings after the 1x1 conv "
+                                  f"that reads them")
+
+
+@rule("resized_concat_conv", order=60, option="lean_upsampling")
+def resized_concat(finding):
+    """Resized maps concatenated for a nested model that starts with a 1x1 conv: the
+    conv takes them in (`ResizedConcatConv2D`), the nested model starts after it."""
+    for node in finding.open_nodes():
+        if id(node) in finding.taken or id(node) in finding.changes.blocks:
+            continue  # a segment's: it builds its own
+        found = resized_concat_conv(finding.graph, node)
+        if found is None or any(id(part) in finding.taken for part in found[3]):
+            continue
+        nested, conv, sizes, resizes = found
+        for part in resizes:
+            finding.act(part, PASSES)  # the twin resizes
+        finding.act(node, ConcatConv(conv, sizes))
+        finding.changes.cuts.setdefault(nested.operation.name, {})["start"] = conv.output
+        finding.add("upsampled", (f"{node.operation.name} of {len(resizes)} resized maps",
+                                  f"{nested.operation.name}/{conv.name}"))
+
+
+@rule("upsampled_conv", order=90, option="lean_upsampling")
+def upsampled(finding):
+    """A nested model's final upsampling that only a 1x1 conv reads: the conv takes it
+    in (`UpsampledConv2D`), the nested model ends before it."""
+    for node in finding.open_nodes():
+        if id(node) in finding.taken or plain_conv(finding.graph, node) is None:
+            continue
+        found = upsampled_conv(finding.graph, node)
+        if found is None:
+            continue
+        nested, upsampling = found
+        layer = node.operation
+        finding.add("upsampled", (f"{nested.operation.name}/{upsampling.operation.name}",
+                                  layer.name))
+        end = upsampling.input_tensors[0]
+        finding.changes.cuts.setdefault(nested.operation.name, {})["end"] = end
+        finding.replace(layer, UpsampledConv2D,
+                        input_upsampling=upsampling.operation.size,
+                        input_interpolation=upsampling.operation.interpolation)

@@ -1,0 +1,89 @@
+"""The rules for norms, attention and subclassed blocks: output-only norms, their
+residual adds, lean attention, and twins inside rebuilt copies of blocks."""
+
+import keras
+
+from tfseg.memory.inside import inner_twins
+from tfseg.memory.matchers import residual_folds
+from tfseg.memory.plans import DROPS, FoldedNorm, Rebuilt
+from tfseg.memory.rules import record, rule
+from tfseg.memory.twins import NORM_TWINS, stateless_twin
+
+record("inplace", lambda names: f"made {len(names)} norms output-only")
+record("residual", lambda pairs: f"folded {len(pairs)} residual adds into their norms")
+record("layer_norms", lambda names: f"made {len(names)} layer norms output-only")
+record("attention", lambda names: f"made {len(names)} attention layers lean")
+record("inside", lambda twins: (
+    f"up to {sum(t.twin is not t.stock for ts in twins.values() for t in ts)} more inside "
+    f"{len(twins)} subclassed layers (where a copy rebuilds them)"), kind=dict)
+record("kept_stock", lambda kept: "; ".join(f"kept {name} stock: {why}" for name, why in kept))
+
+
+@rule("norms", order=30, option="inplace_norm")
+def norms(finding):
+    """Every stock `BatchNormalization` and `GroupNormalization` as its output-only twin
+    (once, also for a layer called twice)."""
+    for node in finding.open_nodes():
+        layer = node.operation
+        if type(layer) in NORM_TWINS:
+            finding.add("inplace", layer.name)
+            finding.replace(layer, NORM_TWINS[type(layer)])
+
+
+def _stateless(finding, kinds, record_name):
+    for node in finding.open_nodes():
+        layer = node.operation
+        if type(layer) not in kinds:
+            continue
+        cls, why = stateless_twin(layer)
+        if why is not None:
+            finding.add("kept_stock", (layer.name, why))
+        elif cls is not None:
+            finding.add(record_name, layer.name)
+            finding.replace(layer, cls)
+
+
+@rule("layer_norms", order=50, option="inplace_norm")
+def layer_norms(finding):
+    """Stock `LayerNormalization` and `RMSNormalization` as output-only twins (a layer
+    norm whose gamma starts at zero stays stock, and the summary says why)."""
+    _stateless(finding, (keras.layers.LayerNormalization, keras.layers.RMSNormalization),
+               "layer_norms")
+
+
+@rule("attention", order=51, option="lean_attention")
+def attention(finding):
+    """Stock `MultiHeadAttention` as `LeanMultiHeadAttention`."""
+    _stateless(finding, (keras.layers.MultiHeadAttention,), "attention")
+
+
+@rule("inside_blocks", order=70)
+def inside_blocks(finding):
+    """Subclassed layers as copies rebuilt with twins inside (`tfseg.memory.inside`);
+    each of the options decides for its own twins there."""
+    inside, kept = finding.changes.inside, finding.changes.kept_stock
+    for node in finding.open_nodes():
+        layer = node.operation
+        if layer.name not in inside:
+            twins, why = inner_twins(layer, finding.options)
+            kept += [k for k in why if k not in kept]
+            if twins:
+                inside[layer.name] = twins
+        if layer.name in inside:
+            finding.act(node, Rebuilt(inside[layer.name]))
+
+
+@rule("residual_folds", order=100, option="fold_residual")
+def residual_fold(finding):
+    """A two-input `Add` right after an output-only norm, into the norm
+    (`matchers.residual_folds`); where a shared ReLU's reader, the norm adds relu(it)."""
+    changes = finding.changes
+    folds = residual_folds(finding.graph, finding.taken,
+                           set(changes.inplace) | set(changes.layer_norms))
+    if not finding.relu_residuals <= set(folds):
+        raise AssertionError("a shared ReLU's add was marked to fold and is not folded")
+    by_id = {id(node): node for node in finding.graph.nodes}
+    for add, (norm, other) in folds.items():
+        finding.add("residual", (norm.operation.name, by_id[add].operation.name))
+        finding.act(norm, DROPS)
+        finding.act(by_id[add], FoldedNorm(norm, other, relu=add in finding.relu_residuals))
