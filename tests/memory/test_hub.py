@@ -76,7 +76,8 @@ def nasnet_mobile():
 
 MODELS = [deeplab_v3, segformer, vit, csp_darknet,
           pytest.param(convnext_tiny, marks=pytest.mark.slow),
-          pytest.param(nasnet_mobile, marks=pytest.mark.slow)]
+          # 60-80 s; its name scopes: test_rewrite's test_nested_sequentials_and_name_scopes
+          pytest.param(nasnet_mobile, marks=[pytest.mark.slow, pytest.mark.full])]
 
 
 # Four float32 ulps (2**-24 each) of the largest gradient: see the gradients' test.
