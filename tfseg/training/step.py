@@ -147,25 +147,41 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
     """
     if accum_steps < 1:
         raise ValueError(f"accum_steps must be >= 1, got {accum_steps}")
-    loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-    variables = model.trainable_variables
     if guard not in ("auto", "select", "cond"):
         raise ValueError(f'guard must be "auto", "select" or "cond", got {guard!r}')
-    select = selects(optimizer, variables) and guard != "cond"
+    select = selects(optimizer, model.trainable_variables) and guard != "cond"
     if guard == "select" and not select:
         raise ValueError(f"guard='select' does not cover {type(optimizer).__name__} as "
                          f"configured (tfseg.training.step.selects)")
-    placed = isinstance(model, PlacedModel)  # split across devices (tfseg.split)
+    parts = _TrainStep(strategy, model, optimizer, loss_fn, step, weight_decay, tuple(decayed),
+                       accum_steps, select)
+    return tf.function(parts.train_step, jit_compile=jit_compile)
 
-    def forward_backward(images, labels, count=None, after=None):
+
+class _TrainStep:
+    """The parts of ``make_train_step``'s step, each one stage of it."""
+
+    def __init__(self, strategy, model, optimizer, loss_fn, step, weight_decay, decayed,
+                 accum_steps, select):
+        self.strategy, self.model, self.optimizer = strategy, model, optimizer
+        self.loss_fn = loss_fn
+        self.step, self.weight_decay, self.decayed = step, weight_decay, decayed
+        self.accum_steps, self.select = accum_steps, select
+        self.loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+        self.variables = model.trainable_variables
+        self.placed = isinstance(model, PlacedModel)  # split across devices (tfseg.split)
+
+    def forward_backward(self, images, labels, count=None, after=None):
         """(loss, gradients, logits) of one (micro-)batch; ``after``: gradients to wait for."""
+        model, loss_fn, optimizer, variables = (self.model, self.loss_fn, self.optimizer,
+                                                self.variables)
         inputs = normalize(images)
         if after is not None:
             # The next micro-batch's forward pass waits for this one's gradients (the
             # first, the stem's, is the last the backward pass reaches), so the two
             # micro-batches' activations are never alive at once.
             inputs = gated(inputs, after, always_data=True)
-        if placed:
+        if self.placed:
             # tf.gradients puts each gradient op on its forward op's device; a tape
             # would put the whole backward pass on the default device.
             logits = model(inputs, training=True)
@@ -179,33 +195,34 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
                 loss = loss_fn(labels, logits, count=count)
                 scaled = optimizer.scale_loss(loss)
             grads = tape.gradient(scaled, variables)
-        if decayed:
-            share = weight_decay / (strategy.num_replicas_in_sync * accum_steps)
-            loss += l2_penalty(share, decayed)
+        if self.decayed:
+            share = self.weight_decay / (self.strategy.num_replicas_in_sync * self.accum_steps)
+            loss += l2_penalty(share, self.decayed)
             # Scaled as the loss is (the loss-scale optimizer unscales them all).
-            grads = _with_l2(grads, variables, decayed, optimizer.scale_loss(tf.constant(share)))
+            grads = _with_l2(grads, variables, self.decayed,
+                             optimizer.scale_loss(tf.constant(share)))
         return loss, grads, logits
 
-    def replica_step(micro):
+    def replica_step(self, micro):
         """Forward and backward of this replica's micro-batches [(images, labels)]."""
         if len(micro) == 1:
-            loss, grads, logits = forward_backward(*micro[0])
+            loss, grads, logits = self.forward_backward(*micro[0])
         else:
-            count = loss_fn.count(*[labels for _, labels in micro])
+            count = self.loss_fn.count(*[labels for _, labels in micro])
             loss, grads = 0.0, None
             for images, labels in micro:
-                part, part_grads, logits = forward_backward(
-                    images, labels, count, grads)
+                part, part_grads, logits = self.forward_backward(images, labels, count, grads)
                 loss += part
                 grads = part_grads if grads is None else [
                     a + b for a, b in zip(grads, part_grads)]
         finite = tf.math.is_finite(loss)
-        if not loss_scaled:
+        if not self.loss_scaled:
             finite = tf.reduce_all([finite] + [tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-        predictions = loss_fn.classes(logits, tf.shape(micro[-1][0])[1:3])
+        predictions = self.loss_fn.classes(logits, tf.shape(micro[-1][0])[1:3])
         return loss, 1 - tf.cast(finite, tf.int32), grads, predictions
 
-    def update(grads, finite=None):
+    def update(self, grads, finite=None):
+        optimizer, variables = self.optimizer, self.variables
         if finite is None:
             optimizer.apply_gradients(zip(grads, variables))
             return
@@ -220,25 +237,23 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
             optimizer.apply_gradients(zip(grads, variables))  # counted: not if skipped
             optimizer.iterations.assign_add(tf.cast(finite, tf.int64) - 1)
 
-    @tf.function(jit_compile=jit_compile)
-    def train_step(batch):
-        micro = [batch] if accum_steps == 1 else list(batch)
-        if len(micro) != accum_steps:
-            raise ValueError(f"the step takes {accum_steps} micro-batches, got {len(micro)}")
-        loss, bad, grads, predictions = strategy.run(replica_step, args=(micro,))
+    def train_step(self, batch):
+        strategy, optimizer = self.strategy, self.optimizer
+        micro = [batch] if self.accum_steps == 1 else list(batch)
+        if len(micro) != self.accum_steps:
+            raise ValueError(f"the step takes {self.accum_steps} micro-batches, got {len(micro)}")
+        loss, bad, grads, predictions = strategy.run(self.replica_step, args=(micro,))
         loss = strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
         # ReduceOp has no MIN: count the replicas with a non-finite value instead.
         finite = strategy.reduce(tf.distribute.ReduceOp.SUM, bad, axis=None) == 0
         before = tf.identity(optimizer.iterations.value)
-        if loss_scaled:
-            strategy.run(update, args=(grads,))
-        elif select:
+        if self.loss_scaled:
+            strategy.run(self.update, args=(grads,))
+        elif self.select:
             with _writes_kept_unless(optimizer, finite):
-                strategy.run(update, args=(grads, finite))
+                strategy.run(self.update, args=(grads, finite))
         else:
-            tf.cond(finite, lambda: strategy.run(update, args=(grads,)), lambda: None)
+            tf.cond(finite, lambda: strategy.run(self.update, args=(grads,)), lambda: None)
         # Automatic control dependencies order this read after the update above.
-        step.assign_add(tf.cast(optimizer.iterations.value - before, tf.int64))
+        self.step.assign_add(tf.cast(optimizer.iterations.value - before, tf.int64))
         return loss, finite, strategy.experimental_local_results(predictions)[0]
-
-    return train_step
