@@ -15,7 +15,7 @@ from tfseg.layers import elementwise
 from tfseg.memory.matchers import activation_chain, plain_conv, scaled_input, shared_relus
 from tfseg.memory.plans import DROPS, PASSES, Scaled
 from tfseg.memory.rules import record, rule
-from tfseg.memory.twins import DENSE_TWINS
+from tfseg.memory.twins import DENSE_TWINS, tuned
 
 record("fused", lambda pairs: f"fused {len(pairs)} activation+layer pairs")
 record("scaled", lambda pairs: f"folded {len(pairs)} channel scales into convs")
@@ -37,6 +37,18 @@ def take_activation(finding, node, relu_twin, twin):
         extra["input_padding"] = pad.operation.padding
     finding.replace(node.operation, relu_twin if plain else twin, **extra)
     return True
+
+
+@rule("tuned_layers", order=5)
+def tuned_layers(finding):
+    """Says which convs and dense layers keep no twin for their LoRA terms or quantized
+    kernel (`twins.tuned`); the rules that would twin them pass them by."""
+    kinds = (keras.layers.Conv2D, keras.layers.DepthwiseConv2D, *DENSE_TWINS)
+    for node in finding.graph.nodes:
+        layer = node.operation
+        why = tuned(layer) if type(layer) in kinds else None
+        if why is not None and (layer.name, why) not in finding.changes.kept_stock:
+            finding.add("kept_stock", (layer.name, why))
 
 
 @rule("shared_relus", order=20, option=("fuse_relu_depthwise", "fuse_relu_conv"))
@@ -71,9 +83,7 @@ def activation_dense(finding):
     its `DENSE_TWINS` twin: a transformer MLP's GELU output is not kept."""
     for node in finding.open_nodes():
         layer = node.operation
-        if (type(layer) not in DENSE_TWINS or finding.graph.shared(layer)
-                or getattr(layer, "lora_enabled", False)
-                or getattr(layer, "quantization_mode", None)):
+        if type(layer) not in DENSE_TWINS or finding.graph.shared(layer) or tuned(layer):
             continue
         act, pad = activation_chain(finding.graph, node)
         if act is None or pad is not None:

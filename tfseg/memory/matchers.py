@@ -8,16 +8,41 @@ import keras
 from tfseg.layers import elementwise
 from tfseg.layers.recompute import is_linear_conv
 from tfseg.memory.segments import producer
-from tfseg.memory.twins import NORM_TWINS, fusable_conv
+from tfseg.memory.twins import NORM_TWINS, fusable_conv, tuned
 
 # Elementwise and deterministic, so a separable block can run them again.
 _ACTIVATIONS = (keras.layers.ReLU, keras.layers.Activation)
+
+
+def is_functional(model):
+    """A model built from a graph of layers (the functional API, or a subclass built
+    that way, as keras-hub's backbones are), which `rewrite` can take apart."""
+    return isinstance(model, keras.Model) and hasattr(model, "_nodes_by_depth")
+
+
+def as_functional(model):
+    """`model` as a functional model of the same layers, or None where it has no graph.
+
+    A built `keras.Sequential` (ConvNeXt's stem and downsampling blocks) is a chain
+    of layers over symbolic inputs, so a functional model over the same nodes
+    computes the same thing and can be rewritten.
+    """
+    if is_functional(model):
+        return model
+    if isinstance(model, keras.Sequential) and getattr(model, "_functional", None) is not None:
+        return keras.Model(model.inputs, model.outputs, name=model.name)
+    return None
 
 
 class Graph:
     """The nodes of a functional model in topological order, and who uses what."""
 
     def __init__(self, model):
+        if not hasattr(model, "_nodes_by_depth"):
+            raise ValueError(
+                f"{model.name}: a subclassed model has no graph of layers to rewrite; build "
+                f"it with the functional API (a built Sequential: tfseg.memory.as_functional), "
+                f"or register its blocks' twins (tfseg.memory.blocks)")
         self.model = model
         self.nodes = [
             node
@@ -154,6 +179,8 @@ def separable_chain(graph, conv):
         chain, node = [node, *chain], graph.sole_feeder(node)
     if any(graph.shared(n.operation) for n in chain):
         return None  # a shared layer would run in two places
+    if tuned(conv.operation) or any(tuned(n.operation) for n in chain):
+        return None
     return chain
 
 
@@ -205,11 +232,12 @@ def scaled_input(graph, conv):
 
 def plain_conv(graph, node):
     """`keras.layers.Conv2D` or `keras.layers.DepthwiseConv2D` where `node`'s layer is
-    exactly one, called once in `graph`, channels-last and ungrouped, else None: the
-    convs a twin can replace."""
+    exactly one, called once in `graph`, channels-last, ungrouped and not `tuned`, else
+    None: the convs a twin can replace."""
     layer = node.operation
     kind = type(layer)
-    if kind not in (keras.layers.DepthwiseConv2D, keras.layers.Conv2D) or graph.shared(layer):
+    if (kind not in (keras.layers.DepthwiseConv2D, keras.layers.Conv2D) or graph.shared(layer)
+            or tuned(layer)):
         return None
     if layer.data_format != "channels_last" or getattr(layer, "groups", 1) != 1:
         return None

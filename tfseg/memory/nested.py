@@ -18,14 +18,14 @@ import keras
 
 from tfseg.layers.upsampled_conv import INTERPOLATIONS
 from tfseg.memory.segments import producer
+from tfseg.memory.twins import tuned
 
 
 def _is_one_by_one(layer):
     return (type(layer) is keras.layers.Conv2D and tuple(layer.kernel_size) == (1, 1)
             and tuple(layer.strides) == (1, 1) and tuple(layer.dilation_rate) == (1, 1)
             and layer.groups == 1 and layer.data_format == "channels_last"
-            and not getattr(layer, "lora_enabled", False)
-            and not getattr(layer, "quantization_mode", None))
+            and not tuned(layer))
 
 
 def _called_once(graph, node):

@@ -2,7 +2,7 @@
 runs the rules (`tfseg.memory.rules`) over its graph."""
 
 from tfseg.memory import block_rules, conv_rules, nested_rules, norm_rules  # noqa: F401
-from tfseg.memory.matchers import Graph
+from tfseg.memory.matchers import Graph, as_functional
 from tfseg.memory.options import of
 from tfseg.memory.rules import RULES, Changes, Finding
 
@@ -23,7 +23,7 @@ def changes(model, options=None, recompute=None):
     made 52 norms output-only
     """
     options = of(options)
-    finding = Finding(model, options, recompute)
+    finding = Finding(as_functional(model) or model, options, recompute)
     for rule in RULES:
         if not rule.options or any(options.on(name) for name in rule.options):
             rule.find(finding)

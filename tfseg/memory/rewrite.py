@@ -8,29 +8,10 @@ import keras
 from tfseg.layers import Recompute, SerialBranches
 from tfseg.memory.inside import same_names, same_scope, seed_states
 from tfseg.memory.options import of
+from tfseg.memory.matchers import as_functional
 from tfseg.memory.patterns import Graph, changes
 
 log = logging.getLogger("tfseg.memory")
-
-
-def is_functional(model):
-    """A model built from a graph of layers (the functional API, or a subclass built
-    that way, as keras-hub's backbones are), which `rewrite` can take apart."""
-    return isinstance(model, keras.Model) and hasattr(model, "_nodes_by_depth")
-
-
-def as_functional(model):
-    """`model` as a functional model of the same layers, or None where it has no graph.
-
-    A built `keras.Sequential` (ConvNeXt's stem and downsampling blocks) is a chain
-    of layers over symbolic inputs, so a functional model over the same nodes
-    computes the same thing and can be rewritten.
-    """
-    if is_functional(model):
-        return model
-    if isinstance(model, keras.Sequential) and getattr(model, "_functional", None) is not None:
-        return keras.Model(model.inputs, model.outputs, name=model.name)
-    return None
 
 
 def rewrite(model, options=None, *, recompute=None, recompute_layer=Recompute):
@@ -67,6 +48,7 @@ def rewrite(model, options=None, *, recompute=None, recompute_layer=Recompute):
     True
     """
     options = of(options)
+    model = as_functional(model) or model  # a subclassed one: Graph refuses it
     summary = changes(model, options, recompute)
     builder = _Builder(Graph(model), summary, options, recompute_layer)
     inputs = [keras.Input(batch_shape=t.shape, dtype=t.dtype, name=t.name) for t in model.inputs]

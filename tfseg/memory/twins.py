@@ -50,8 +50,20 @@ def fusable_conv(graph, layer, fuse_relu_depthwise, fuse_relu_conv):
     (`tfseg.memory.matchers.Graph`), or None."""
     if type(layer) not in (keras.layers.DepthwiseConv2D, keras.layers.Conv2D):
         return None
-    if graph.shared(layer) or layer.data_format != "channels_last":
+    if graph.shared(layer) or layer.data_format != "channels_last" or tuned(layer):
         return None
     if type(layer) is keras.layers.DepthwiseConv2D:
         return ReluDepthwiseConv2D if fuse_relu_depthwise else None
     return ReluConv2D if fuse_relu_conv and getattr(layer, "groups", 1) == 1 else None
+
+
+def tuned(layer):
+    """Why `layer` keeps no twin although its class has one: LoRA terms or a quantized
+    kernel, which a twin built from its config would leave out; None where it has
+    neither."""
+    if getattr(layer, "lora_enabled", False):
+        return "LoRA-enabled: a twin would drop its LoRA terms"
+    mode = getattr(layer, "quantization_mode", None)
+    if mode:
+        return f"quantized ({mode}): a twin would drop its quantized kernel"
+    return None
