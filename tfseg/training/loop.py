@@ -14,6 +14,7 @@ from tfseg import data as data_lib
 from tfseg.config import Config
 from tfseg.config.config import flag_value
 from tfseg.errors import InputError
+from tfseg.evaluation.evaluate import eval_data
 from tfseg.runtime import builders, checkpoints, files, init
 from tfseg.runtime import device as device_lib
 from tfseg.runtime.signals import StopRequest
@@ -50,7 +51,8 @@ class TrainingRun:
 
     Attributes:
       data: the training split's ``tfseg.data.DataConfig`` (``builders.data_config``).
-      eval_data: the evaluation split's, for ``--eval_every``.
+      eval_data: the evaluation split's (``tfseg.evaluation.evaluate.eval_data``), for
+        ``--eval_every``.
       source: its ``tfseg.data.Source`` (class names, palette).
       norm: the norm the model was built with (``builders.norm_for``).
       model, optimizer: built under the strategy's scope (``build_step``).
@@ -76,7 +78,7 @@ class TrainingRun:
 def build(config, strategy):
     """The ``TrainingRun`` of ``config`` on ``strategy``: its checkpoints not restored yet."""
     data = builders.data_config(config, training=True)
-    eval_data = builders.data_config(config, training=False)  # whole images, batch 1
+    evaluation = eval_data(config)
     norm = builders.norm_for(config, strategy)
     source = data_lib.get_source(data)
     if config.optim.class_weights and len(config.optim.class_weights) != source.num_classes:
@@ -89,7 +91,7 @@ def build(config, strategy):
     ckpts = checkpoints.Checkpoints(model, config.run.model_dir, strategy,
                                     config.run.keep_checkpoints, optimizer=optimizer, step=step,
                                     batches_read=read)
-    return TrainingRun(data, eval_data, source, norm, model, optimizer, step, train_step, read,
+    return TrainingRun(data, evaluation, source, norm, model, optimizer, step, train_step, read,
                        ckpts)
 
 
