@@ -3,6 +3,7 @@ with keyword overrides by flag name."""
 
 import json
 import os
+import pathlib
 
 import pytest
 
@@ -51,3 +52,73 @@ def test_train_evaluate_predict_export_in_python(tmp_path):
     assert written and all(os.path.exists(p) for p in written)
     export_dir = tfseg.export(model_dir=run, log=messages.append)
     assert os.path.exists(os.path.join(export_dir, "model.keras"))
+
+
+# Issue 42: the API parses each setting as its flag is (tfseg.config.values; every kind is
+# tests/test_settings.py's), before TensorFlow starts or anything is written.
+@pytest.mark.parametrize("steps,why", [(2.7, "must be an integer, got 2.7"),
+                                       ("two", "must be an integer, got 'two'")])
+def test_a_bad_train_steps_is_refused_before_anything_is_written(tmp_path, steps, why):
+    """2.7 trained 3 steps, saved no checkpoint and wrote a config.json that every later
+    command refused; "two" was a TypeError from inside."""
+    with pytest.raises(InputError) as error:
+        tfseg.train(train_steps=steps, model_dir=str(tmp_path / "run"),
+                    data_dir=str(tmp_path / "data"), log=lambda _: None,
+                    **{**TINY, "dataset": "synthetic"})
+    assert str(error.value) == f"--train_steps: {why}"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sizes_and_lists_are_read_as_their_flags_are(tmp_path):
+    """crop_size=(64, 64) as "64,64" is; export_format="tflite" as the flag's list (it was
+    the list of its letters: "got 't'")."""
+    assert {config_of(crop_size=size).data.crop_size
+            for size in ((64, 64), [64, 64], "64,64", "64", 64)} == {(64, 64)}
+    assert config_of(export_format="tflite").run.export_format == ("tflite",)
+    assert config_of(export_format="keras,tflite").run.export_format == ("keras", "tflite")
+    assert config_of(export_format=["tflite"]).run.export_format == ("tflite",)
+    # It gets as far as the checkpoint (there is none), naming the flag as the command does.
+    with pytest.raises(FileNotFoundError, match="^--model_dir: no checkpoint in"):
+        tfseg.export(model_dir=tmp_path, export_format="tflite", log=lambda _: None)
+
+
+def test_a_dict_of_settings_is_a_config_and_anything_else_one_line(tmp_path):
+    """``tfseg.export({"model_dir": ...})`` raised AttributeError."""
+    assert config_of({"model_dir": str(tmp_path)}, crop_size="65,65") == \
+        tfseg.Config.from_flat(model_dir=str(tmp_path), crop_size=(65, 65))
+    with pytest.raises(FileNotFoundError, match=f"^--model_dir: no checkpoint in {tmp_path}"):
+        tfseg.export({"model_dir": str(tmp_path)}, log=lambda _: None)
+    with pytest.raises(InputError, match="^config: must be a tfseg.Config or a dict of "
+                                         "settings by flag name, got str; or pass the settings"):
+        tfseg.export(str(tmp_path))
+    with pytest.raises(InputError, match="^--crop_size: expected integers, got 'big'$"):
+        tfseg.evaluate({"crop_size": "big"})
+
+
+@pytest.mark.slow
+def test_a_run_started_with_python_values_is_read_by_every_later_command(tmp_path):
+    """Numpy numbers, 1 for true, lists for sizes and lists, Paths: config.json records
+    them as the flags would, and eval (in Python and the command) reads it."""
+    import numpy as np
+
+    from tests import command
+    from tfseg.data import write_synthetic_cityscapes
+    from tfseg.runtime import files
+
+    data = write_synthetic_cityscapes(str(tmp_path / "data"), num_train=4, num_val=2,
+                                      height=64, width=96, seed=0)
+    run = tmp_path / "run"
+    settings = {**TINY, "train_steps": np.int64(2), "learning_rate": np.float32(0.01),
+                "crop_size": [64, 64], "scale_range": [1, 2], "jitter": 1,
+                "export_format": ["keras"], "checkpoint_every": 2.0}
+    result = tfseg.train(model_dir=run, data_dir=pathlib.Path(data), log=lambda _: None,
+                         **settings)
+    assert result["step"] == 2 and result["checkpoint"].endswith("ckpt-2")
+    saved = files.load_config(str(run))
+    assert saved["data"]["crop_size"] == [64, 64] and saved["run"]["model_dir"] == str(run)
+    assert saved["data"]["jitter"] is True and saved["optim"]["train_steps"] == 2
+    assert tfseg.evaluate(model_dir=run, data_dir=data, log=lambda _: None,
+                          **TINY)["step"] == 2
+    proc = command.run("--mode=eval", f"--model_dir={run}", f"--data_dir={data}",
+                       "--dataset=cityscapes")
+    assert proc.returncode == 0 and "mIoU" in proc.stdout, proc.stderr[-2000:]

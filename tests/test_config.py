@@ -89,7 +89,7 @@ def test_flags_parse_lists_and_saved_configs_round_trip():
     config = Config.from_flags(values)
     assert config.data.crop_size == (65, 65) and config.eval.scales == (0.5, 1.0)
     assert config.model.recompute == ("middle",)
-    with pytest.raises(InputError, match="^--crop_size: expected numbers"):
+    with pytest.raises(InputError, match="^--crop_size: expected integers, got .big.$"):
         Config.from_flags({**values, "crop_size": ["big"]})
     with pytest.raises(InputError, match="^--eval_crop: expected 2 values, got 3"):
         Config.from_flags({**values, "eval_crop": ["1", "2", "3"]})

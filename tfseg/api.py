@@ -3,7 +3,12 @@ the command's ``--mode`` of that name, taking a ``Config`` and keyword overrides
 
 The overrides are the flags' names (``docs/cli.md``), so what works on the command line
 works here: ``tfseg.train(dataset="cityscapes", data_dir="data/cityscapes",
-memory_saving=True)`` is ``tfseg --mode=train --dataset=cityscapes ...``.
+memory_saving=True)`` is ``tfseg --mode=train --dataset=cityscapes ...``. Each is parsed
+and checked as its flag is, before anything runs or is written: a Python value
+(``train_steps=100``, ``crop_size=(513, 513)``, ``export_format=["tflite"]``,
+``model_dir=pathlib.Path(...)``) or the flag's text (``crop_size="513,513"``); a wrong
+one is a ``tfseg.errors.InputError`` naming the flag (``--train_steps: must be an
+integer, got 2.7``). ``config`` may also be a dict of settings by flag name.
 
 Example:
     import tfseg
@@ -11,13 +16,32 @@ Example:
     print(tfseg.evaluate(model_dir="runs/try")["miou"])
 """
 
+from collections.abc import Mapping
+
 from tfseg.config import Config
+from tfseg.errors import InputError
 
 
 def config_of(config=None, **overrides):
-    """``config`` (default: the defaults) with the settings of ``overrides`` (flag names)
-    replaced. Raises ``tfseg.errors.InputError`` naming a bad setting."""
-    config = config or Config()
+    """``config`` (a ``Config``, a mapping of settings by flag name, or None for the
+    defaults) with the settings of ``overrides`` (flag names) replaced, each parsed as its
+    flag is (``tfseg.config.values``: ``crop_size=(65, 65)`` or ``"65,65"``).
+
+    Raises:
+      InputError: "--FLAG: why", naming the first bad setting, before anything runs.
+      TypeError: a name that is no setting.
+    """
+    if isinstance(config, Mapping):
+        if not all(isinstance(name, str) for name in config):
+            raise InputError(f"config: a mapping of settings needs flag names as keys, got "
+                             f"{list(config)!r}")
+        config, overrides = Config(), {**config, **overrides}
+    elif config is None:
+        config = Config()
+    elif not isinstance(config, Config):
+        raise InputError(f"config: must be a tfseg.Config or a dict of settings by flag name, "
+                         f"got {type(config).__name__}; or pass the settings as keywords "
+                         f"(tfseg.export(model_dir=...))")
     return config.replace(**overrides) if overrides else config
 
 
@@ -59,10 +83,10 @@ def train(config=None, *, stop=None, log=print, **overrides):
     Example:
         tfseg.train(train_steps=20, model_dir="runs/try")
     """
+    config, record = config_of(config, **overrides), None  # refused before TensorFlow starts
     from tfseg.runtime import device
     from tfseg.training import loop
 
-    config, record = config_of(config, **overrides), None
     # Split across devices, the budget is each device's: the split's cuts check it.
     if config.run.memory_budget_gb and not config.run.model_devices:
         config, record = fit_budget(config, log, stop)
@@ -85,9 +109,10 @@ def evaluate(config=None, *, stop=None, log=print, **overrides):
     Example:
         tfseg.evaluate(model_dir="runs/try")["miou"]
     """
+    config = config_of(config, **overrides)
     from tfseg.evaluation import evaluate as evaluation
 
-    return evaluation.evaluate(config_of(config, **overrides), log=log, stop=stop)
+    return evaluation.evaluate(config, log=log, stop=stop)
 
 
 def predict(config=None, *, log=print, **overrides):
@@ -99,9 +124,9 @@ def predict(config=None, *, log=print, **overrides):
         tfseg.predict(model_dir="runs/try", model_path="runs/try/export/model.tflite",
                       input_path="photo.png", output_dir="out_tflite")
     """
+    config = config_of(config, **overrides)
     from tfseg.evaluation import predict as prediction
 
-    config = config_of(config, **overrides)
     classify = None
     if config.run.model_path:  # an exported model: deploy sits above evaluation
         from tfseg.deploy import open_model
@@ -118,6 +143,7 @@ def export(config=None, *, log=print, **overrides):
         tfseg.export(model_dir="runs/try", export_dir="runs/try/export")
         tfseg.export(model_dir="runs/try", export_format=("tflite",), export_size=(97, 129))
     """
+    config = config_of(config, **overrides)
     from tfseg import deploy
 
-    return deploy.export(config_of(config, **overrides), log=log)
+    return deploy.export(config, log=log)

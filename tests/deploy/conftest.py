@@ -1,10 +1,12 @@
 """A run trained long enough that its class maps vary across the image (a 6-step run
 predicts one class everywhere, where a shifted prediction looks the same as an exact one),
-and the tiny data set it trains on."""
+and the tiny data set it trains on; the 6-step run (``trained``), shared by this folder's
+tests."""
 
 import pytest
 
-from tests.train.conftest import TINY_FLAGS, data_dir, run_main  # noqa: F401 (a fixture)
+from tests.train.conftest import (TINY_FLAGS, data_dir, run_main, trained,  # noqa: F401
+                                   trained_copy, trained_run)  # (fixtures)
 
 
 @pytest.fixture(scope="session")

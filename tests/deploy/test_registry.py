@@ -14,6 +14,10 @@ def test_registered_formats_are_the_flags_names():
     assert len(entries) == len(set(entries))  # no two formats write the same file
 
 
+def test_every_format_stores_and_reads_its_classes():
+    assert all(e.write_labels and e.read_labels and e.accepts for e in EXPORTERS.values())
+
+
 def test_a_missing_converter_names_the_extra():
     # One module missing and one always there (json), so that what is installed (the
     # README's install has no onnx) does not change the message.

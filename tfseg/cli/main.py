@@ -23,6 +23,7 @@ from tfseg import recipes
 from tfseg.cli import modes, quiet, usage
 from tfseg.config import Config, flag_table
 from tfseg.config.names import BUILTIN_BACKBONE
+from tfseg.config.values import kind_of
 from tfseg.errors import InputError, NonFiniteLoss
 from tfseg.runtime import caches
 
@@ -30,18 +31,35 @@ PROG = "tfseg"
 HELP = ("--help", "-h", "--helpfull", "--helpshort", "-?")
 
 
+class _Text(flags.ArgumentParser):
+    """A setting's flag keeps the text given (or the default): ``Config.from_flags`` parses
+    it with the parser that reads the Python API's values (``tfseg.config.values``), so
+    the two refuse the same settings with the same line ("--train_steps: must be an
+    integer, got '2.7'")."""
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def parse(self, argument):
+        return argument
+
+    def flag_type(self):
+        return self.kind
+
+
+class _Serializer(flags.ArgumentSerializer):
+    def serialize(self, value):
+        return ",".join(map(str, value)) if isinstance(value, (tuple, list)) else str(value)
+
+
 def define_flags():
-    """One flag per setting of ``tfseg.config.Config``: name, default, help and list shape
-    are the field's; plus --verbose, which is the command's own."""
+    """One flag per setting of ``tfseg.config.Config``: name, default, help and kind are
+    the field's (booleans also take --noname); plus --verbose, which is the command's own."""
     defaults = Config().flat()
-    define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float,
-              str: flags.DEFINE_string}
     for name, (_, field) in flag_table().items():
-        default, help_ = defaults[name], field.metadata["help"]
-        if field.metadata["items"]:
-            flags.DEFINE_list(name, [str(v) for v in default], help_)
-        else:
-            define[type(default)](name, default, help_)
+        default = defaults[name]
+        flags.DEFINE_flag(flags.Flag(_Text(kind_of(field)), _Serializer(), name, default,
+                                     field.metadata["help"], boolean=isinstance(default, bool)))
     flags.DEFINE_bool("verbose", False, "Also print TensorFlow's start-up and INFO lines.")
 
 

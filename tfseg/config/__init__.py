@@ -9,20 +9,23 @@ is the field's, or ``flag=`` where a bare name would be ambiguous (``--eval_mode
 and its help, type and list shape are in the field's metadata, so main.py
 generates the flags from here (``flag_table``) and nothing restates them.
 Flag names are unique across sections: ``Config.from_flat`` and ``replace`` take them.
+Each setting is parsed one way (``tfseg.config.values``) from a flag's text or a Python
+value (``crop_size="65,65"`` or ``(65, 65)``), so the command and the Python API accept
+and refuse the same settings, in the same words.
 
 Names that TensorFlow-side packages also check (data sets, norms, recomputable
 blocks) are defined here, once: ``--mode=validate`` imports no TensorFlow.
 Validation messages name the flag (``--crop_size: ...``).
 """
 
-from tfseg.config.config import Config, flag_table, parse_list
+from tfseg.config.config import Config, flag_table
 from tfseg.config.names import (ARCHITECTURE, DATASETS, DTYPE_POLICIES, EVAL_MODES,
                                 MEMORY_ANCHORS, MODES, NORMS, RECOMPUTE_BLOCKS, RECOMPUTE_HEAD,
                                 REPORT_VARIANTS, RESIZE_MODES, STRATEGIES, WEIGHT_DECAY_TYPES,
                                 crop_ok, recompute_names, setting, unit_name)
 from tfseg.config.sections import SECTIONS, Data, Eval, Model, Optim, Run
 
-__all__ = ["ARCHITECTURE", "Config", "flag_table", "parse_list", "DATASETS", "DTYPE_POLICIES",
+__all__ = ["ARCHITECTURE", "Config", "flag_table", "DATASETS", "DTYPE_POLICIES",
            "EVAL_MODES", "MEMORY_ANCHORS", "MODES", "NORMS", "RECOMPUTE_BLOCKS",
            "RECOMPUTE_HEAD", "REPORT_VARIANTS", "RESIZE_MODES", "STRATEGIES",
            "WEIGHT_DECAY_TYPES", "crop_ok", "recompute_names", "setting", "unit_name",

@@ -1,12 +1,14 @@
 """``Config``: the five sections in one value; flags by name (``flag_table``)."""
 
 import dataclasses
+import difflib
 import json
 import re
 
 from tfseg.config.names import (DATASETS, FIXED_ON_RESUME, SAME_VARIABLES, check, crop_ok,
                                 flag_of)
 from tfseg.config.sections import SECTIONS, Data, Eval, Model, Optim, Run
+from tfseg.config.values import saved_type_error
 from tfseg.errors import InputError
 
 
@@ -28,43 +30,6 @@ def flag_value(value):
     return str(value) if value != "" else "''"
 
 
-def _type_error(field, value):
-    """Why ``value`` (read from JSON) cannot be the setting ``field``, or None."""
-    def number(v, kind):
-        if isinstance(v, bool):
-            return False
-        return isinstance(v, int) or (kind is float and isinstance(v, float))
-
-    items = field.metadata["items"]
-    if items:
-        kind = items[0]
-        ok = isinstance(value, (list, tuple)) and all(
-            isinstance(v, str) if kind is str else number(v, kind) for v in value)
-        what = {str: "strings", int: "integers", float: "numbers"}[kind]
-        return None if ok else f"must be a list of {what}, got {value!r}"
-    kind = type(field.default)
-    if kind is bool:
-        return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
-    if kind in (int, float):
-        what = "an integer" if kind is int else "a number"
-        return None if number(value, kind) else f"must be {what}, got {value!r}"
-    return None if isinstance(value, kind) else f"must be a string, got {value!r}"
-
-
-def parse_list(flag, values, items):
-    """A list flag's strings as a tuple of ``items[0]``; one value is repeated to ``items[1]``."""
-    kind, count = items
-    try:
-        parsed = tuple(kind(v) for v in values)
-    except ValueError:
-        raise InputError(f"--{flag}: expected numbers, got {','.join(values)!r}") from None
-    if count and len(parsed) == 1:
-        parsed *= count
-    if count and len(parsed) != count:
-        raise InputError(f"--{flag}: expected {count} values, got {len(parsed)}")
-    return parsed
-
-
 @dataclasses.dataclass(frozen=True)
 class Config:
     """One run: ``data``, ``model``, ``optim``, ``eval`` and ``run`` sections (see each)."""
@@ -76,6 +41,12 @@ class Config:
     run: Run = dataclasses.field(default_factory=Run)
 
     def __post_init__(self):
+        for section, cls in SECTIONS.items():
+            value = getattr(self, section)
+            if not isinstance(value, cls):
+                raise InputError(f"Config: {section} must be a tfseg.config.{cls.__name__}, got "
+                                 f"{type(value).__name__}; settings by flag name go to "
+                                 f"Config.from_flat(...) or config.replace(...)")
         check(all(crop_ok(s, self.model.output_stride) for s in self.data.crop_size),
               "crop_size", f"{'x'.join(map(str, self.data.crop_size))} does not fit output "
               f"stride {self.model.output_stride}: each side must be a multiple of it or one "
@@ -93,7 +64,9 @@ class Config:
         table, changes = flag_table(), {}
         for flag, value in flat.items():
             if flag not in table:
-                raise TypeError(f"no setting {flag!r}")
+                close = difflib.get_close_matches(flag, list(table), n=1)
+                raise TypeError(f"no setting {flag!r}"
+                                + (f" (did you mean {close[0]}?)" if close else ""))
             section, field = table[flag]
             changes.setdefault(section, {})[field.name] = value
         return dataclasses.replace(self, **{
@@ -107,14 +80,9 @@ class Config:
 
     @classmethod
     def from_flags(cls, values):
-        """From {flag name: value} as absl parses them: list flags as lists of strings."""
-        table = flag_table()
-        flat = {}
-        for flag, (_, field) in table.items():
-            value = values[flag]
-            items = field.metadata["items"]
-            flat[flag] = parse_list(flag, value, items) if items else value
-        return cls.from_flat(**flat)
+        """From {flag name: value} as the command's flags give them: the text typed (or the
+        default), parsed as a Python value would be (``tfseg.config.values``)."""
+        return cls.from_flat(**values)
 
     def flat(self):
         """{flag name: value} of every setting."""
@@ -174,7 +142,7 @@ class Config:
             else:
                 refuse(key, "unknown field: not a section, a setting or a record of this tfseg")
             for flag, item in entries.items():
-                why = _type_error(table[flag][1], item)
+                why = saved_type_error(table[flag][1], item)
                 if why:
                     refuse(field_of[flag], why)
                 flat[flag] = tuple(item) if isinstance(item, list) else item

@@ -55,7 +55,10 @@ def markdown():
         "section; `--verbose` also shows TensorFlow's start-up and INFO lines. Booleans take",
         "`--name` / `--noname`; lists are comma-separated (`--crop_size=513,513`). In Python",
         "the same names make a config: `tfseg.Config.from_flat(crop_size=(513, 513),",
-        "batch_size=2)`, or are keyword arguments of `tfseg.train` and `tfseg.evaluate`.",
+        "batch_size=2)`, or are keyword arguments of `tfseg.train`, `evaluate`, `predict`",
+        "and `export`. Each is parsed and checked as its flag is (a Python value: an int, a",
+        "list or tuple, a `pathlib.Path`; or the flag's text: `crop_size=\"513,513\"`), and a",
+        "wrong one raises `tfseg.errors.InputError` naming the flag before anything runs.",
         "",
     ]
     for section, cls in SECTIONS.items():

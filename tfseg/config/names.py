@@ -3,7 +3,6 @@ a config field a flag. No TensorFlow."""
 
 import dataclasses
 import difflib
-import math
 import os
 
 from tfseg.config.registry import APPLICATIONS, BUILTIN_BACKBONE, DATASETS  # noqa: F401
@@ -60,10 +59,12 @@ def recompute_names(middle_repeats):
     return RECOMPUTE_BLOCKS + units + RECOMPUTE_HEAD
 
 
-def setting(default, help, flag=None, items=None):
+def setting(default, help, flag=None, items=None, path=False):
     """A config field that is also a flag. ``items``: (type, count or None) of a list
-    flag's values; a single value is repeated to ``count``."""
-    return dataclasses.field(default=default, metadata=dict(help=help, flag=flag, items=items))
+    flag's values; a single value is repeated to ``count``. ``path``: a str setting that
+    also takes an ``os.PathLike``. ``tfseg.config.values`` parses each kind."""
+    return dataclasses.field(default=default, metadata=dict(help=help, flag=flag, items=items,
+                                                            path=path))
 
 
 def check(ok, flag, message):
@@ -74,19 +75,6 @@ def check(ok, flag, message):
 def flag_of(field):
     """The flag of a config field (``dataclasses.Field``)."""
     return field.metadata["flag"] or field.name
-
-
-def finite(section):
-    """Refuse any float setting of ``section`` (a config dataclass), or any number of a
-    float list, that is not finite: inf and nan pass comparisons such as ``>= 0``
-    (nan fails every one, with a misleading message)."""
-    for field in dataclasses.fields(section):
-        value, items = getattr(section, field.name), field.metadata["items"]
-        if items and items[0] is float:
-            check(all(math.isfinite(v) for v in value), flag_of(field),
-                  f"must be finite numbers, got {','.join(map(str, value))}")
-        elif isinstance(field.default, float) and isinstance(value, (int, float)):
-            check(math.isfinite(value), flag_of(field), f"must be a finite number, got {value}")
 
 
 def device_key(name):

@@ -5,7 +5,8 @@ from typing import Tuple
 
 from tfseg.config.names import (DTYPE_POLICIES, EXPORT_FORMATS, MODES, OUTPUT_FORMATS,
                                 REPORT_VARIANTS, STRATEGIES, TFLITE_QUANTIZATIONS, check,
-                                distinct_devices, finite, folder_ok, one_of, setting)
+                                distinct_devices, folder_ok, one_of, setting)
+from tfseg.config.values import parse_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +24,7 @@ class Run:
     seed: int = setting(0, "Seed of the initial weights, dropout, the input order and its "
                         "augmentation (-1: fresh randomness).")
     model_dir: str = setting("runs/synthetic", "Checkpoints, config.json, TensorBoard logs, "
-                             "eval.")
+                             "eval.", path=True)
     strategy: str = setting("default", "default, one_device, mirrored or multi_worker "
                             "(cluster from TF_CONFIG).")
     model_devices: Tuple[str, ...] = setting(
@@ -54,24 +55,25 @@ class Run:
                                        "loss scaling (non-finite gradients) that stop the run "
                                        "with exit code 3.")
     checkpoint: str = setting("", "eval/predict/export: checkpoint path or name in "
-                              "--model_dir (default: latest).")
+                              "--model_dir (default: latest).", path=True)
     init_checkpoint: str = setting(
         "", "Start from these weights: a research/deeplab xception_65 checkpoint or a tfseg "
         "run's (prefix or folder). Weights only (no step, no optimizer state); settings it "
         "implies (width, middle units, conventions) unless given. A checkpoint in "
         "--model_dir wins: that is a resume. eval/predict/export: the model to use when "
-        "--model_dir has none.")
-    input_path: str = setting("", "predict: an image file or a folder of images.")
+        "--model_dir has none.", path=True)
+    input_path: str = setting("", "predict: an image file or a folder of images.", path=True)
     model_path: str = setting(
         "", "predict: run this exported model (a model.tflite, a model.onnx or a SavedModel "
-        "folder) instead of --model_dir's checkpoint; the class names and colours still "
-        "come from --model_dir's config.json.")
-    output_dir: str = setting("", "predict: output folder (default: MODEL_DIR/predictions).")
+        "folder) instead of --model_dir's checkpoint, with the class names and colours the "
+        "file carries (a --model_dir given must have the same classes).", path=True)
+    output_dir: str = setting("", "predict: output folder (default: MODEL_DIR/predictions; "
+                              "with --model_path=FILE, FILE_predictions beside it).", path=True)
     output_format: str = setting(
         "colour", "predict: colour (NAME_label.png in palette colours and NAME_overlay.png), "
         "train_ids (NAME_label.png, one channel of class ids 0..C-1) or label_ids (NAME.png, "
         "Cityscapes label ids for its benchmark server; Cityscapes runs only).")
-    export_dir: str = setting("", "export: output folder (default: MODEL_DIR/export).")
+    export_dir: str = setting("", "export: output folder (default: MODEL_DIR/export).", path=True)
     export_format: Tuple[str, ...] = setting(
         ("saved_model", "keras"), f"export: what to write, any of {', '.join(EXPORT_FORMATS)} "
         "(onnx: the export extra). Each takes uint8 RGB [1,H,W,3] and gives int32 "
@@ -109,7 +111,7 @@ class Run:
         5.0, "report with --memory_budget_gb: start no size-verification run that would "
         "end later than this many minutes after the report began; the sizes left are "
         "reported as estimates, marked unverified (0: no bound).")
-    report_dir: str = setting("", "report: output folder (default: MODEL_DIR/report).")
+    report_dir: str = setting("", "report: output folder (default: MODEL_DIR/report).", path=True)
     report_variants: Tuple[str, ...] = setting(
         ("stock", "memory_saving", "recompute"), "report: what to measure side by side: "
         "stock, memory_saving, recompute, and what a Keras user would use instead: "
@@ -118,13 +120,14 @@ class Run:
         "segments) and tf_recompute_grad (on the same segments).", items=(str, None))
     report_repeats: int = setting(3, "report: fresh processes per variant (the median is "
                                   "reported).")
-    tfrecord_dir: str = setting("", "convert: output folder (default: DATA_DIR/tfrecords).")
+    tfrecord_dir: str = setting("", "convert: output folder (default: DATA_DIR/tfrecords).",
+                                path=True)
     tfrecord_shards: int = setting(16, "convert: shards per split.")
     tfrecord_raw: bool = setting(False, "convert: store decoded pixels (about 10x larger, no "
                                  "decode when training) instead of the encoded files.")
 
     def __post_init__(self):
-        finite(self)
+        parse_fields(self)
         one_of(self.mode, MODES, "mode")
         one_of(self.strategy, STRATEGIES, "strategy")
         one_of(self.dtype_policy, DTYPE_POLICIES, "dtype_policy")

@@ -5,10 +5,11 @@ from typing import Tuple
 
 from tfseg.config.names import (APPLICATION_BACKBONES, BACKBONES, BUILTIN_BACKBONE, DATASETS,
                                 EVAL_MODES, NORMS, RECOMPUTE_BLOCKS, RECOMPUTE_HEAD, RESIZE_MODES,
-                                WEIGHT_DECAY_TYPES, check, finite, folder_ok, one_of,
+                                WEIGHT_DECAY_TYPES, check, folder_ok, one_of,
                                 recompute_names, setting, unit_name)
 from tfseg.config.registry import phrase
 from tfseg.config.run import Run
+from tfseg.config.values import parse_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,7 +18,7 @@ class Data:
 
     dataset: str = setting("synthetic", f"{phrase(DATASETS)}.")
     root: str = setting("data/synthetic", "Data set folder (synthetic: written on first use).",
-                        flag="data_dir")
+                        flag="data_dir", path=True)
     train_split: str = setting("train", "Training split.")
     eval_split: str = setting("val", "Evaluation split.")
     crop_size: Tuple[int, int] = setting(
@@ -42,17 +43,16 @@ class Data:
                                       "of stopping.")
 
     def __post_init__(self):
-        finite(self)
+        parse_fields(self)
         one_of(self.dataset, DATASETS, "dataset")
         folder_ok(self.root, "data_dir")
-        check(len(self.scale_range) == 2 and 0 < self.scale_range[0] <= self.scale_range[1],
+        check(0 < self.scale_range[0] <= self.scale_range[1],
               "scale_range", f"must be MIN,MAX with 0 < MIN <= MAX, got "
               f"{','.join(map(str, self.scale_range))}")
         check(not self.data_service or self.data_service.startswith("grpc://"),
               "data_service", f"must look like grpc://HOST:PORT, got {self.data_service!r}")
         check(self.cache_max_gb > 0, "cache_max_gb", "must be > 0")
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
-        check(len(self.crop_size) == 2, "crop_size", "must be HEIGHT,WIDTH")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +68,7 @@ class Model:
     backbone_weights: str = setting(
         "", "A keras.applications --backbone's initial weights: imagenet (Keras downloads "
         "them once) or a PATH to a .weights.h5 (save_weights of that model with "
-        "include_top=False); default: random. Xception-65: --init_checkpoint.")
+        "include_top=False); default: random. Xception-65: --init_checkpoint.", path=True)
     output_stride: int = setting(16, "8, 16 or 32.")
     norm: str = setting("batch", "batch, sync_batch or group (batch becomes sync_batch with "
                         "more than one replica).")
@@ -97,7 +97,7 @@ class Model:
         "gamma and beta frozen, each image still normalised by its own statistics.")
 
     def __post_init__(self):
-        finite(self)
+        parse_fields(self)
         check(self.output_stride in (8, 16, 32), "output_stride",
               f"must be 8, 16 or 32, got {self.output_stride}")
         one_of(self.norm, NORMS, "norm")
@@ -170,7 +170,7 @@ class Optim:
         "--freeze_batch_norm).")
 
     def __post_init__(self):
-        finite(self)
+        parse_fields(self)
         check(self.train_steps >= 1, "train_steps", "must be >= 1")
         check(self.learning_rate > 0, "learning_rate", "must be > 0")
         check(0 <= self.end_learning_rate <= self.learning_rate, "end_learning_rate",
@@ -201,12 +201,11 @@ class Eval:
     flip: bool = setting(True, "Multi-scale: add left-right flips.", flag="eval_flip")
 
     def __post_init__(self):
-        finite(self)
+        parse_fields(self)
         one_of(self.mode, EVAL_MODES, "eval_mode")
-        check(len(self.crop) == 2, "eval_crop", "must be HEIGHT,WIDTH")
         check(min(self.crop) >= 1, "eval_crop",
               f"each side must be at least 1, got {','.join(map(str, self.crop))}")
-        check(len(self.stride) == 2 and all(0 < s <= c for s, c in zip(self.stride, self.crop)),
+        check(all(0 < s <= c for s, c in zip(self.stride, self.crop)),
               "eval_stride", "must be positive and at most --eval_crop (windows must overlap "
               "or touch)")
         check(self.scales and min(self.scales) > 0, "eval_scales", "must be > 0")

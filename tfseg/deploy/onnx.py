@@ -4,6 +4,9 @@ Opset 13 is read by every maintained runtime (onnxruntime >= 1.6, TensorRT >= 7.
 OpenVINO, ONNX.js / onnxruntime-web) and holds every op of the model (Resize with
 half_pixel or align_corners, ArgMax).
 
+Its classes are in the model's ``metadata_props`` under ``tfseg_labels``
+(``tfseg.deploy.labels``): ``session.get_modelmeta().custom_metadata_map``.
+
 Example::
 
     session = onnxruntime.InferenceSession("export/model.onnx")
@@ -13,7 +16,8 @@ Example::
 import os
 import re
 
-from tfseg.deploy.registry import register, runner
+from tfseg.deploy import labels
+from tfseg.deploy.registry import labelled, register, runner
 from tfseg.deploy.serving import CLASSES, INPUT, converter_failed, serving_function
 
 ONNX_FILE = "model.onnx"
@@ -55,10 +59,34 @@ def write(model, folder, request):
 
 
 @runner("onnx", accepts=lambda path: path.endswith(".onnx") and os.path.isfile(path),
-        needs=("onnxruntime",))
+        needs=("onnxruntime", "onnx"))
 def open_file(path):
     """Class ids by onnxruntime on the CPU, at the image's size."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     return lambda image: session.run([CLASSES], {INPUT: image})[0]
+
+
+def write_labels(path, text):
+    import onnx
+
+    proto = onnx.load(path)
+    kept = [p for p in proto.metadata_props if p.key != labels.NAME]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    proto.metadata_props.add(key=labels.NAME, value=text)
+    onnx.save(proto, path)
+
+
+def read_labels(path):
+    import onnx
+
+    try:
+        proto = onnx.load(path, load_external_data=False)
+    except Exception as error:  # protobuf's DecodeError is no ValueError
+        raise ValueError(f"not an ONNX model: {error}") from None
+    return next((p.value for p in proto.metadata_props if p.key == labels.NAME), None)
+
+
+labelled("onnx", write=write_labels, read=read_labels)

@@ -9,6 +9,8 @@ Example::
     @register("tflite", entries=("model.tflite",), needs=())
     def write(model, folder, request):
         ...  # writes folder/model.tflite; returns what a client sends and gets
+
+    labelled("tflite", write=write_labels, read=read_labels)  # its classes (labels.py)
 """
 
 import dataclasses
@@ -17,7 +19,9 @@ import importlib.util
 import os
 from typing import Callable, Optional, Tuple
 
+from tfseg.deploy import labels
 from tfseg.errors import InputError
+from tfseg.evaluation.predict import PREDICTIONS
 
 # What a missing converter's message tells the user to install.
 EXTRA = 'pip install "tfseg[export]"'
@@ -39,6 +43,9 @@ class Exporter:
       open: ``open(path) -> classify``, ``classify(uint8 [1, H, W, 3]) -> int32 class
         ids [1, H, W]`` (numpy), at the image's own size.
       open_needs: modules ``open`` imports that the base install lacks.
+      write_labels: ``write_labels(path, text)``: stores the JSON text of a
+        ``labels.Labels`` in the entry ``path`` this format wrote.
+      read_labels: ``read_labels(path) -> text``, None for a file without it.
     """
 
     name: str
@@ -48,6 +55,8 @@ class Exporter:
     accepts: Optional[Callable] = None
     open: Optional[Callable] = None
     open_needs: Tuple[str, ...] = ()
+    write_labels: Optional[Callable] = None
+    read_labels: Optional[Callable] = None
 
     def require(self):
         """Refuses in one line, before any work, a format whose converter is missing or
@@ -100,8 +109,44 @@ def runner(name, accepts, needs=()):
     return decorate
 
 
+def labelled(name, write, read, accepts=None):
+    """Registers how format ``name`` (registered before) stores and reads its classes
+    (``write_labels``, ``read_labels`` of ``Exporter``); ``accepts`` for a format that
+    predict does not run (its ``runner`` gives it otherwise)."""
+    EXPORTERS[name] = dataclasses.replace(EXPORTERS[name], write_labels=write,
+                                          read_labels=read,
+                                          accepts=accepts or EXPORTERS[name].accepts)
+
+
+class Labelled:
+    """An exported model's ``classify``, and ``labels``: the ``labels.Labels`` its file
+    carries (None for one exported before tfseg stored them)."""
+
+    def __init__(self, classify, labels_):
+        self.classify, self.labels = classify, labels_
+
+    def __call__(self, image):
+        return self.classify(image)
+
+
+def read_labels(path):
+    """The ``labels.Labels`` that the exported file or folder ``path`` carries, None for
+    one exported before tfseg stored them.
+
+    Raises:
+      InputError: ``path`` is missing, of no format, or its labels cannot be read.
+    """
+    if not os.path.exists(path):
+        raise InputError(f"--model_path: no such file or folder: {path}")
+    for exporter in EXPORTERS.values():
+        if exporter.read_labels and exporter.accepts(path):
+            return labels.read_file(exporter, path)
+    raise InputError(f"--model_path: {path} is not an exported model")
+
+
 def open_model(path):
-    """``classify(uint8 [1, H, W, 3]) -> int32 [1, H, W]`` of the exported model at ``path``.
+    """``classify(uint8 [1, H, W, 3]) -> int32 [1, H, W]`` of the exported model at
+    ``path``, a ``Labelled``: with the classes the file carries.
 
     Raises:
       InputError: ``path`` is missing, of no format predict runs, needs a missing
@@ -120,17 +165,20 @@ def open_model(path):
             if broken:
                 raise InputError(f"--model_path: running {path}: {broken}")
             try:
-                return exporter.open(path)
+                classify = exporter.open(path)
             except InputError:
                 raise  # the format's own check, already one line naming the file
             except Exception as error:  # each runtime raises its own types
                 first = (str(error).strip().splitlines() or [repr(error)])[0]
                 raise InputError(f"--model_path: {path} could not be read as "
                                  f"{exporter.name}: {first[:300]}") from None
+            return Labelled(classify, labels.read_file(exporter, path))
     raise InputError(f"--model_path: {path} is not an exported model predict runs: "
                      f"{', '.join(e.name for e in runs)} (docs/export.md)")
 
 
 def all_entries():
-    """Every name an export folder may hold."""
-    return {entry for exporter in EXPORTERS.values() for entry in exporter.entries}
+    """Every name an export folder may hold: the formats' entries, and the folders predict
+    writes beside them by default (``ENTRY_predictions``: the old file's, replaced too)."""
+    entries = {entry for exporter in EXPORTERS.values() for entry in exporter.entries}
+    return entries | {entry + PREDICTIONS for entry in entries}

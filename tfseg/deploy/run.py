@@ -13,6 +13,7 @@ from tfseg.io.outputs import replaced_folder, require_replaceable
 from tfseg.runtime import files
 from tfseg.evaluation.evaluate import eval_data, inference_config
 from tfseg.evaluation.loading import load_model
+from tfseg.deploy import labels
 from tfseg.deploy.registry import EXPORTERS, all_entries
 from tfseg.deploy.serving import Request, resized
 
@@ -22,16 +23,54 @@ from tfseg.deploy.serving import Request, resized
 RECORDED_DATA = ("dataset", "data_dir", "train_split")
 
 
-def recorded_data(config, saved):
+def recorded_data(config, saved, run_dir=None):
     """``config`` with the data set ``saved`` (the run's config.json dict) records, for each
     of ``RECORDED_DATA`` the command leaves at its default: the training images the run
     read, not ``--data_dir``'s default folder (where the synthetic reader would write a
-    new data set)."""
+    new data set). A relative data folder is taken from the folder the run was trained
+    in, where ``run_dir`` (the run's folder now) ends with the ``model_dir`` it records
+    (``runs/synthetic`` and ``data/synthetic`` of a run started in /home/me: the data in
+    /home/me/data/synthetic, whatever the current folder)."""
     if not saved:
         return config
     settings, current, default = config.settings_of(saved), config.flat(), type(config)().flat()
-    return config.replace(**{name: settings[name] for name in RECORDED_DATA
-                             if name in settings and current[name] == default[name]})
+    changes = {name: settings[name] for name in RECORDED_DATA
+               if name in settings and current[name] == default[name]}
+    root, trained_in = changes.get("data_dir"), _trained_in(settings.get("model_dir"), run_dir)
+    if root and not os.path.isabs(root) and trained_in:
+        changes["data_dir"] = os.path.join(trained_in, root)
+    return config.replace(**changes)
+
+
+def _trained_in(model_dir, run_dir):
+    """The folder a run was started in: ``run_dir`` less the relative ``model_dir`` the run
+    records, where it ends with it; else None."""
+    if not model_dir or os.path.isabs(model_dir) or not run_dir:
+        return None
+    here, recorded = os.path.abspath(run_dir), os.path.normpath(model_dir)
+    if here.endswith(os.sep + recorded):
+        return here[:-len(os.sep + recorded)] or os.sep
+    return None
+
+
+def calibration_data(config, saved, run_dir=None):
+    """``recorded_data``, whose training images must be on disk: int8 calibration reads
+    them, and never writes a data set (the synthetic reader would, into the current
+    folder).
+
+    Raises:
+      InputError: the data folder is not there (one line naming it and --data_dir).
+    """
+    data = recorded_data(config, saved, run_dir)
+    root = data.data.root
+    if not os.path.isdir(root):
+        whose = ("--data_dir" if config.data.root != type(config)().data.root else
+                 f"as the run's {files.CONFIG_FILE} records it" if saved else
+                 "--data_dir's default")
+        raise InputError(f"--tflite_quantization=int8: calibration reads the training "
+                         f"images in {root} ({whose}), which is not a folder here; give "
+                         f"--data_dir: the folder of the run's data set")
+    return data
 
 
 def calibration_images(config, size, count):
@@ -83,14 +122,14 @@ def export_size(config):
     return tuple(sizes.pass_size(max(n - half, 1)) for n in config.data.crop_size)
 
 
-def request_of(config, log=print, saved=None):
+def request_of(config, log=print, saved=None, run_dir=None):
     """The ``Request`` of ``config``: the export size (``export_size``), the pass sizes
     the model maps exactly (eval's), the logits, the quantisation and, for int8, the
-    calibration images (of the data set ``saved``, the run's config.json, records:
-    ``recorded_data``)."""
+    calibration images (of the data set ``saved``, the config.json of the run in
+    ``run_dir``, records: ``calibration_data``)."""
     run = config.run
     size = export_size(config)
-    calibration = (calibration_images(recorded_data(config, saved), size,
+    calibration = (calibration_images(calibration_data(config, saved, run_dir), size,
                                       run.calibration_images)
                    if run.tflite_quantization == "int8" else None)
     return Request(size=size, logits=run.export_logits, quantization=run.tflite_quantization,
@@ -108,6 +147,9 @@ def export(config, log=print):
     RGB [1, H, W, 3] and give int32 class ids [1, H, W], each image padded inside the
     graph to a size the model maps exactly and cropped back, as eval does: at any size
     they give the classes ``--mode=predict`` gives from the checkpoint.
+
+    Each file carries the model's class names, palette, ignore label and training run
+    (``tfseg.deploy.labels``): ``--mode=predict --model_path`` needs nothing else.
 
     The stock Keras model is exported whatever the training used (``--memory_saving``,
     ``--recompute``, the many-class head, a split across devices): it holds the same
@@ -136,15 +178,18 @@ def export(config, log=print):
                         lambda name: name in entries)
     loaded = load_model(config, stock=True, log=log)
     model, path, config = loaded.model, loaded.checkpoint, loaded.config
-    request = request_of(config, log, files.load_config(os.path.dirname(path) or "."))
-    written = []
+    run_dir = os.path.dirname(path) or "."
+    request = request_of(config, log, files.load_config(run_dir), run_dir)
+    carried, written = labels.of_model(loaded), []
     try:
         with replaced_folder(export_dir, "--export_dir") as new:
             for exporter in exporters:
                 written.append(exporter.write(model, new, request))
+                labels.write(exporter, new, carried)
     except tf.errors.OpError as error:  # TF's own writes (a SavedModel's variables)
         reason = re.sub(r"\s*\[Op:\w+\]$", "", error.message.strip().splitlines()[0])
         raise InputError(f"--export_dir: could not write {export_dir}: "
                          f"{reason.split('; ')[-1]}") from None
-    log(f"exported {path} to {export_dir}:\n" + "\n".join(f"  {w}" for w in written))
+    log(f"exported {path} to {export_dir}, each file with its {carried.num_classes} "
+        f"classes ({labels.NAME}):\n" + "\n".join(f"  {w}" for w in written))
     return export_dir

@@ -1,10 +1,12 @@
-"""The SavedModel: TF Serving's format, any image size (signature ``serving_default``)."""
+"""The SavedModel: TF Serving's format, any image size (signature ``serving_default``); its
+classes in ``assets/tfseg_labels.json`` (``tfseg.deploy.labels``)."""
 
 import os
 
 import tensorflow as tf
 
-from tfseg.deploy.registry import register, runner
+from tfseg.deploy import labels
+from tfseg.deploy.registry import labelled, register, runner
 from tfseg.deploy.serving import CLASSES, INPUT, serving_function
 from tfseg.evaluation.inference import InferenceConfig
 
@@ -42,3 +44,23 @@ def open_folder(path):
     """Class ids by the folder's ``serving_default`` signature, at the image's size."""
     served = tf.saved_model.load(path).signatures["serving_default"]
     return lambda image: served(**{INPUT: tf.constant(image)})[CLASSES].numpy()
+
+
+def _labels_file(path):
+    return os.path.join(path, "assets", labels.FILE)
+
+
+def write_labels(path, text):
+    os.makedirs(os.path.dirname(_labels_file(path)), exist_ok=True)
+    with open(_labels_file(path), "w") as f:
+        f.write(text)
+
+
+def read_labels(path):
+    if not os.path.isfile(_labels_file(path)):
+        return None
+    with open(_labels_file(path)) as f:
+        return f.read()
+
+
+labelled("saved_model", write=write_labels, read=read_labels)

@@ -2,7 +2,9 @@
 in float32, float16 or int8 (``--tflite_quantization``).
 
 A client resizes its image to the export size (bilinear) before sending it, and the
-class map back to the image's size (nearest neighbour): docs/export.md.
+class map back to the image's size (nearest neighbour): docs/export.md. Its classes are a
+buffer of the model's ``metadata`` named ``tfseg_labels`` (``tfseg.deploy.labels``), read
+with TF's own flatbuffer schema.
 
 Example::
 
@@ -11,11 +13,13 @@ Example::
 """
 
 import os
+import struct
 
 import numpy as np
 import tensorflow as tf
 
-from tfseg.deploy.registry import register, runner
+from tfseg.deploy import labels
+from tfseg.deploy.registry import labelled, register, runner
 from tfseg.deploy.serving import CLASSES, INPUT, converter_failed, frozen_function, resized
 from tfseg.errors import InputError
 
@@ -111,3 +115,45 @@ def open_file(path):
         back = tf.image.resize(classes[..., None], image.shape[1:3], "nearest")
         return back[..., 0].numpy().astype(np.int32)
     return classify
+
+
+def write_labels(path, text):
+    """Adds ``text`` as the buffer of a ``metadata`` entry named ``labels.NAME`` (TFLite's
+    own place for a model's extra data, where tflite_support keeps its own)."""
+    from tensorflow.lite.python import schema_py_generated as schema
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model(path)
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(text.encode(), np.uint8)
+    model.buffers.append(buffer)
+    entry = schema.MetadataT()
+    entry.name, entry.buffer = labels.NAME, len(model.buffers) - 1
+    model.metadata = [m for m in model.metadata or () if m.name != labels.NAME.encode()]
+    model.metadata.append(entry)
+    flatbuffer_utils.write_model(model, path)
+
+
+def read_labels(path):
+    """The text of the ``labels.NAME`` metadata buffer, None where there is none; read
+    lazily, without unpacking the weights."""
+    from tensorflow.lite.python import schema_py_generated as schema
+
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        model = schema.Model.GetRootAsModel(data, 0)
+        for i in range(model.MetadataLength()):
+            entry = model.Metadata(i)
+            if entry.Name() == labels.NAME.encode():
+                buffer = model.Buffers(entry.Buffer())
+                if buffer.Offset() > 1:  # stored after the flatbuffer (files over 2 GB)
+                    return data[buffer.Offset():buffer.Offset() + buffer.Size()].decode()
+                return bytes(buffer.DataAsNumpy().tobytes() if buffer.DataLength() else
+                             b"").decode()
+    except (struct.error, IndexError, AttributeError) as error:  # a part out of bounds
+        raise ValueError(f"damaged: {error}") from None
+    return None
+
+
+labelled("tflite", write=write_labels, read=read_labels)

@@ -54,11 +54,19 @@ def resolve(config, log=print):
     return config.replace(checkpoint=path, **changes), saved
 
 
+def recorded_classes(saved):
+    """The ``Classes`` a run's config.json dict records; None for one without them."""
+    if saved.get("class_names") and saved.get("palette"):
+        return Classes(tuple(saved["class_names"]), np.asarray(saved["palette"], np.uint8))
+    return None
+
+
 def classes(config, saved):
     """The trained model's ``Classes``: from its config.json, else (runs saved before
     it held them) from the data set, which must then be on disk."""
-    if saved.get("class_names") and saved.get("palette"):
-        return Classes(tuple(saved["class_names"]), np.asarray(saved["palette"], np.uint8))
+    recorded = recorded_classes(saved)
+    if recorded is not None:
+        return recorded
     source = builders.source(config, training=False)
     return Classes(tuple(source.class_names), np.asarray(source.palette, np.uint8))
 
