@@ -164,3 +164,60 @@ def test_property_separable_tail_over_random_shapes():
         twin = Recompute(*separable(norm, rate, strides, relu_inside, bias, f"b{trial}"),
                          name=f"b{trial}_recompute")
         compare(stock, twin, shape, compiled=bool(trial % 2), seed=trial)
+
+
+@pytest.mark.parametrize("norm", ["batch", "group"])
+def test_a_relu_between_block_and_tail_is_the_stock_composition(norm):
+    """`tail_relu`: the block ends at the norm, the layer applies the ReLU before the
+    tail, and the ReLU's gradient reads the norm's output, not the ReLU's (which lives
+    only while the tail's filter gradient is made)."""
+    stock = Composition(*separable(norm, 1, 1, True, True, "a"))
+    block, tail = separable(norm, 1, 1, True, True, "b")
+    without_relu = keras.Model(block.inputs, block.layers[-2].output)  # up to the norm
+    twin = Recompute(without_relu, tail=tail, tail_relu=True, name="b_recompute")
+    compare(stock, twin, (2, 11, 9, 6), compiled=True)
+    ops = training_ops(twin, (2, 11, 9, 6))
+    relu_grads = [op for op in ops if op.type == "ReluGrad"]
+    assert relu_grads and all(op.inputs[1].op.type != "Relu" for op in relu_grads)
+    clone = Recompute.from_config(twin.get_config())
+    assert clone.tail_relu
+
+
+def _resized_concat(name):
+    """[small map, low map] -> resize the small one to the low one's size, concatenate."""
+    from tfseg.layers import ResizeLike
+    high, low = keras.Input((None, None, 4)), keras.Input((None, None, 3))
+    up = ResizeLike(name=f"{name}_up")([high, low])
+    return keras.Model([high, low], keras.layers.Concatenate()([up, low]))
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf_function"])
+def test_a_block_of_two_inputs_with_a_depthwise_tail(compiled, float64):
+    """The decoder's form: the block rebuilds the resize and concatenation of its two
+    inputs; the depthwise conv after it is the tail, from its backprop kernels."""
+    rng = np.random.RandomState(0)
+    high, low = tf.constant(rng.randn(2, 3, 4, 4)), tf.constant(rng.randn(2, 9, 13, 3))
+    stock_tail = keras.layers.DepthwiseConv2D(3, padding="same", name="dw")
+    block, tail = _resized_concat("s"), keras.layers.DepthwiseConv2D(3, padding="same",
+                                                                      name="dw")
+    twin = Recompute(block, tail=tail, name="r")
+    stock_tail.build((2, 9, 13, 7))
+    stock_tail.set_weights([rng.randn(3, 3, 7, 1), rng.randn(7)])
+    tail.set_weights(stock_tail.get_weights())
+    upstream = tf.constant(rng.randn(2, 9, 13, 7))
+
+    def step(layer):
+        def run():
+            with tf.GradientTape() as tape:
+                tape.watch([high, low])
+                y = layer([high, low])
+                loss = tf.reduce_sum(y * upstream)
+            return [y] + tape.gradient(loss, [high, low, *tail_of(layer).trainable_weights])
+        return (tf.function(run) if compiled else run)()
+
+    tail_of = lambda layer: stock_tail if layer is not twin else tail  # noqa: E731
+    composed = lambda xs, training=None: stock_tail(block(xs))  # noqa: E731
+    want = step(composed)
+    got = step(twin)
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12)

@@ -249,8 +249,9 @@ def test_built_model_with_recompute_equals_rewrite_of_stock(float64):
     expected = stock_step(16, "batch")
     stock = load(deeplab_v3_plus(5, dropout=0.0, **TINY), expected.weights)
     built = deeplab_v3_plus(5, dropout=0.0, memory_saving=True,
-                            recompute=("entry_block1", "middle", "exit_block1"), **TINY)
-    assert {"entry_block1", "middle_unit1", "middle_unit2", "exit_block1"} <= {
+                            recompute=("entry_stem", "entry_block1", "middle", "exit_block1"),
+                            **TINY)
+    assert {"entry_stem", "entry_block1", "middle_unit1", "middle_unit2", "exit_block1"} <= {
         l.name for l in built.layers if isinstance(l, Recompute)}
     memory_rewritten = memory.rewrite(stock)
     memory.copy_weights(memory_rewritten, built)

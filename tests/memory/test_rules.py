@@ -44,14 +44,16 @@ def conv_net():
 # Each built-in rule, in its order, and the options that turn it on (any of them; none:
 # always): the conditions RewriteOptions' docstring states for each trick.
 BUILT_IN = {
-    "recompute_segments": (), "tuned_layers": (), "separable": ("fuse_separable",),
+    "recompute_segments": (), "tuned_layers": (),
+    "resized_concat_separable": ("lean_upsampling",), "separable": ("fuse_separable",),
     "shared_relus": ("fuse_relu_depthwise", "fuse_relu_conv"), "norms": ("inplace_norm",),
     "activation_max_pooling": ("fuse_relu_conv",), "layer_norms": ("inplace_norm",),
     "attention": ("lean_attention",), "resized_concat_conv": ("lean_upsampling",),
     "inside_blocks": (), "activation_dense": ("fuse_relu_conv",),
     "upsampled_conv": ("lean_upsampling",), "activation_depthwise": ("fuse_relu_depthwise",),
     "activation_conv": ("fuse_relu_conv",), "scaled_conv": ("fuse_relu_conv",),
-    "lean_dilated": ("lean_dilated",), "residual_folds": ("fold_residual",)}
+    "lean_dilated": ("lean_dilated",), "logits_resize": ("lean_upsampling",),
+    "residual_folds": ("fold_residual",)}
 
 
 def test_each_rule_and_record_is_registered_once_in_order_under_real_options():
@@ -66,7 +68,10 @@ def test_each_rule_and_record_is_registered_once_in_order_under_real_options():
     assert summary.records.keys() == RECORDS.keys()
     said = str(summary)
     for phrase in ("recomputing 1 blocks (mid)", "separable convs", "activation+layer pairs",
-                   "norms output-only", "dilated depthwise convs lean"):
+                   "norms output-only", "dilated depthwise convs lean",
+                   "1 of them take in the resized concatenation before them "
+                   "(decoder_conv1_depthwise)",
+                   "the training loss takes the logits before logits_resize"):
         assert phrase in said
     assert "attention" not in said  # an empty record says nothing
 
@@ -176,3 +181,40 @@ def test_a_sequential_is_rewritten_and_a_subclassed_model_refused_in_one_sentenc
         with pytest.raises(ValueError, match="subclassed: a subclassed model has no graph "
                                              "of layers .*tfseg.memory.blocks"):
             function(model)
+
+
+def _kept_shapes(model, shape):
+    """The shapes of the tensors a traced training step of `model` keeps."""
+    import tensorflow as tf
+
+    from tfseg.memory.kept import kept_tensors
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(model(x, training=True) ** 2)
+        return [loss] + tape.gradient(loss, model.trainable_variables)
+
+    graph = step.get_concrete_function(tf.TensorSpec(shape)).graph
+    return [tuple(graph.get_tensor_by_name(k.tensor).shape)
+            for k in kept_tensors(graph, graph.outputs[0], set())]
+
+
+@pytest.mark.parametrize("output_stride,norm", [(16, "batch"), (8, "group")])
+def test_the_decoder_keeps_the_maps_before_its_resize_and_concatenation(output_stride, norm):
+    """`resized_concat_separable`: the decoder's first separable conv (and its depthwise
+    conv inside it) keeps the ASPP output and the low-level projection, not their
+    304-channel concatenation at 1/4 size; without the option it keeps it."""
+    stock = deeplab_v3_plus(5, output_stride=output_stride, norm=norm, dropout=0.0, **TINY)
+    concat = tuple(stock.get_layer("decoder_concat").output.shape[1:])
+    shape = (2, 97, 129, 3)
+    size = (2, 25, 33, concat[-1])  # the concatenation at this input size
+    lean = memory.rewrite(stock)
+    plain = memory.rewrite(stock, RewriteOptions().replace(lean_upsampling=False))
+    assert size in _kept_shapes(plain, shape)
+    assert size not in _kept_shapes(lean, shape)
+    outer = lean.get_layer("decoder_conv1_depthwise_recompute")
+    inner = outer.block.get_layer("decoder_conv1_depthwise_input")
+    assert outer.tail_relu and type(inner.tail) is keras.layers.DepthwiseConv2D
+    x = np.random.RandomState(0).uniform(-1, 1, shape).astype("float32")
+    np.testing.assert_allclose(lean(x, training=False), stock(x, training=False), atol=1e-5)

@@ -92,3 +92,13 @@ def test_recompute_segments_cover_every_unit_of_the_chosen_blocks():
     # A single unit (the budget planner's groups of middle units) is one segment.
     single = recompute_segments(features, ("middle_unit2",), TINY["middle_repeats"])
     assert single == [segments[2]]
+
+
+def test_the_stem_is_a_segment_from_the_padded_image():
+    """"entry_stem": the two stem convs, from the padded image (the model's input
+    starts no segment) to the stem's output, where entry block 1's segment starts."""
+    features = xception_features(keras.Input((H, W, 3)), **TINY)
+    segments = recompute_segments(features, ("entry_stem", "entry_block1"), TINY["middle_repeats"])
+    assert [(s.name, s.start, s.end) for s in segments] == [
+        ("entry_stem", "entry_conv1_pad", "entry_conv2_relu"),
+        ("entry_block1", "entry_conv2_relu", "entry_block1_add")]

@@ -51,9 +51,10 @@ def test_cuts_cross_one_tensor_besides_skips():
                             last_read[id(tensor)] - position[made] <= reach):  # not a skip
                         crossing.add(id(tensor))
         assert len(crossing) <= 1, found[cut].name
-    # The stride-4 feature crosses from entry block 2 to the decoder: a skip.
+    # The stride-4 feature crosses from entry block 2 to the decoder (whose first
+    # separable conv takes in the concatenation): a skip.
     low = part_of["entry_block2_sepconv2_pointwise_bn"]
-    assert part_of["decoder_concat"] - low > 10
+    assert part_of["decoder_conv1_depthwise_recompute"] - low > 10
 
 
 def test_weightless_layers_join_a_neighbour():

@@ -28,7 +28,8 @@ BACKBONES = (BUILTIN_BACKBONE,) + APPLICATION_BACKBONES
 RESIZE_MODES = ("half_pixel", "align_corners")
 # What --recompute can name: whole backbone blocks (every unit of "middle"), single
 # middle units (``unit_name("middle", k)``) and the two head segments.
-RECOMPUTE_BLOCKS = ("entry_block1", "entry_block3", "middle", "exit_block1", "exit_block2")
+RECOMPUTE_BLOCKS = ("entry_stem", "entry_block1", "entry_block3", "middle", "exit_block1",
+                    "exit_block2")
 RECOMPUTE_HEAD = ("aspp", "decoder")
 # What a Keras user would use instead of the twins (tfseg.profile.anchors), which the
 # report and the benchmark can measure beside tfseg's own variants.

@@ -78,9 +78,10 @@ class Model:
     dropout: float = setting(0.1, "Dropout after the ASPP projection.")
     memory_saving: bool = setting(False, "Fused ReLU+depthwise, output-only norms.")
     recompute: Tuple[str, ...] = setting(
-        (), "Segments to recompute in the backward pass: backbone blocks (entry_block1, "
-        "entry_block3, middle, exit_block1, exit_block2), single middle units (middle_unit3) "
-        "or the head's aspp and decoder. --memory_budget_gb chooses them.", items=(str, None))
+        (), "Segments to recompute in the backward pass: backbone blocks (entry_stem, "
+        "entry_block1, entry_block3, middle, exit_block1, exit_block2), single middle units "
+        "(middle_unit3) or the head's aspp and decoder. --memory_budget_gb chooses them.",
+        items=(str, None))
     class_shards: int = setting(
         0, "train: the many-class head: the logits' cross-entropy is taken in this many "
         "shards of classes, each made again in the backward pass, so the full-size logits of "

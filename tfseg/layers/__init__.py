@@ -16,6 +16,7 @@ from tfseg.layers.layer_norm import (InplaceLayerNormalization, InplaceRMSNormal
 from tfseg.layers.fused_dense import ActivationDense, ActivationEinsumDense
 from tfseg.layers.attention import LeanMultiHeadAttention, lean_attention
 from tfseg.layers.resize import ResizeLike
+from tfseg.layers.resized_loss import LogitsResize, resized_cross_entropy
 from tfseg.layers.upsampled_conv import UpsampledConv2D
 from tfseg.layers.concat_conv import ResizedConcatConv2D
 from tfseg.layers.class_shards import ClassShards, ShardedLogits, shard_bounds
@@ -34,6 +35,7 @@ __all__ = [
     "InplaceRMSNormalization",
     "LeanDepthwiseConv2D",
     "LeanMultiHeadAttention",
+    "LogitsResize",
     "Recompute",
     "ReluConv2D",
     "ReluDepthwiseConv2D",
@@ -48,5 +50,6 @@ __all__ = [
     "lean_attention",
     "lean_conv",
     "lean_max_pool",
+    "resized_cross_entropy",
     "shard_bounds",
 ]

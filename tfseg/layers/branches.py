@@ -15,6 +15,8 @@ class SerialBranches(keras.layers.Layer):
     pass. There the branches run again, one after another: branch k+1 starts only
     once branch k's input gradient has been added to the sum, so one branch's
     working set is alive at a time, and one input gradient instead of one per branch.
+    The forward pass runs them one after another too (each waits for the previous
+    one's output): it ends where everything the model keeps is alive.
 
     Why: a stock concatenation of parallel branches (ASPP: Chen et al.,
     https://arxiv.org/abs/1706.05587) splits the output gradient and TF's executor
@@ -54,7 +56,9 @@ class SerialBranches(keras.layers.Layer):
         @tf.custom_gradient
         def forward(x):
             with record.stop_recording():  # eager: keep the outer tape off the branches
-                ys = [b(x, training=True) for b in branches]
+                ys = []
+                for b in branches:  # one after another: one working set at a time
+                    ys.append(b(x if not ys else gated(x, ys[-1]), training=True))
             sizes = [y.shape[axis] if y.shape[axis] is not None else tf.shape(y)[axis] for y in ys]
 
             def backward(dz, variables=None):

@@ -10,8 +10,8 @@ from tfseg.layers.gating import gated
 
 @keras.saving.register_keras_serializable(package="tfseg")
 class Recompute(keras.layers.Layer):
-    """Runs `block` (a single-input, single-output `keras.Model`) and keeps only its
-    input for the backward pass, where the block runs again under a tape
+    """Runs `block` (a single-output `keras.Model`) and keeps only its input, or its
+    list of inputs, for the backward pass, where the block runs again under a tape
     (gradient checkpointing; Chen et al., https://arxiv.org/abs/1604.06174).
 
     The second run happens inside a `keras.StatelessScope`, so its variable
@@ -22,25 +22,39 @@ class Recompute(keras.layers.Layer):
     so neither TF nor XLA can schedule it into the forward pass.
     Shapes: those of `block`, or of `tail` applied to it.
 
-    `tail`: an optional linear `keras.layers.Conv2D` (dilation 1, no activation)
-    applied to the block's output, e.g. the pointwise conv of a separable conv
-    whose cheap ReLU -> depthwise -> norm part is the block. The block's output
+    `tail`: an optional linear `keras.layers.Conv2D` or `DepthwiseConv2D` (dilation
+    1, no activation) applied to the block's output, e.g. the pointwise conv of a
+    separable conv whose cheap ReLU -> depthwise -> norm part is the block, or a
+    depthwise conv whose input (a concatenation of resized maps) is the block. The block's output
     is then never kept: it is rebuilt for the tail's filter gradient, while the
     tail's gradients come straight from its backprop kernels, so the expensive
     tail itself never runs twice. Its variables keep their own paths.
+
+    `tail_relu`: a ReLU comes between the block and the tail (a separable conv's
+    norm -> ReLU -> pointwise conv), applied here rather than inside the block. Its
+    output then lives only while the tail's filter gradient is made; the ReLU's
+    gradient reads the block's output, so the two are never alive beside the
+    incoming gradient of that size at once.
     """
 
-    def __init__(self, block, tail=None, **kwargs):
+    def __init__(self, block, tail=None, tail_relu=False, **kwargs):
         super().__init__(**kwargs)
         refuse_dropout(self.name, [block])
-        if tail is not None and not is_linear_conv(tail):
-            raise ValueError(f"{self.name}: the tail must be a linear, undilated, channels_last Conv2D")
+        if tail is not None and not (is_linear_conv(tail) or is_linear_depthwise(tail)):
+            raise ValueError(f"{self.name}: the tail must be a linear, undilated, channels_last "
+                             f"Conv2D or DepthwiseConv2D")
         if tail is not None and not tail.built:
             # Built here, outside this layer's name scope, so its variables keep
             # their own paths ("entry_block1_sepconv1_pointwise/kernel").
             tail.build(block.outputs[0].shape)
+        if tail_relu and tail is None:
+            raise ValueError(f"{self.name}: tail_relu needs a tail")
         self.block = block
         self.tail = tail
+        self.tail_relu = bool(tail_relu)
+
+    def _tail(self, y):
+        return self.tail(tf.nn.relu(y) if self.tail_relu else y)
 
     def build(self, input_shape):
         if not self.block.built:
@@ -51,31 +65,38 @@ class Recompute(keras.layers.Layer):
         block, tail = self.block, self.tail
         if not training:
             y = block(inputs, training=training)
-            return y if tail is None else tail(y)
+            return y if tail is None else self._tail(y)
+
+        many = isinstance(inputs, (list, tuple))  # a block of several inputs
 
         @tf.custom_gradient
-        def forward(x):
+        def forward(*xs):
             with record.stop_recording():  # eager: keep the outer tape off the block
-                y = block(x, training=True)
-                z = y if tail is None else tail(y)
+                y = block(list(xs) if many else xs[0], training=True)
+                z = y if tail is None else self._tail(y)
 
             def backward(dz, variables=None):
                 with tf.name_scope(self.name):
-                    x_again = gated(x, dz)
+                    again = [gated(x, dz) for x in xs]
                     with tf.GradientTape() as tape:
-                        tape.watch(x_again)
+                        tape.watch(again)
                         with keras.StatelessScope():
-                            y_again = block(x_again, training=True)
-                    dy, tail_grads = (dz, {}) if tail is None else _tail_backward(tail, y_again, dz)
+                            y_again = block(again if many else again[0], training=True)
+                    dy, tail_grads = ((dz, {}) if tail is None
+                                      else _tail_backward(tail, y_again, dz, self.tail_relu))
                     variables = list(variables or [])
                     inner = [v for v in variables if v.ref() not in tail_grads]
-                    grads = tape.gradient(y_again, [x_again] + inner, output_gradients=dy)
-                    by_ref = {**dict((v.ref(), g) for v, g in zip(inner, grads[1:])), **tail_grads}
-                    return grads[0], [by_ref[v.ref()] for v in variables]
+                    grads = tape.gradient(y_again, again + inner, output_gradients=dy)
+                    by_ref = {**dict((v.ref(), g) for v, g in zip(inner, grads[len(xs):])),
+                              **tail_grads}
+                    # An input read for its shape only (a resize's target) has none.
+                    dxs = [tf.zeros_like(x) if g is None else g
+                           for x, g in zip(xs, grads[:len(xs)])]
+                    return (dxs if many else dxs[0]), [by_ref[v.ref()] for v in variables]
 
             return z, backward
 
-        return forward(inputs)
+        return forward(*inputs) if many else forward(inputs)
 
     def compute_output_shape(self, input_shape):
         shape = self.block.compute_output_shape(input_shape)
@@ -86,6 +107,7 @@ class Recompute(keras.layers.Layer):
         config["block"] = keras.saving.serialize_keras_object(self.block)
         if self.tail is not None:
             config["tail"] = keras.saving.serialize_keras_object(self.tail)
+        config["tail_relu"] = self.tail_relu
         return config
 
     @classmethod
@@ -115,19 +137,35 @@ def is_linear_conv(layer):
     )
 
 
-def _tail_backward(conv, y, dz):
-    """(dL/dy, {variable ref: gradient}) of the linear conv z = conv(y), from its
-    backprop kernels: the conv is not run again."""
+def is_linear_depthwise(layer):
+    return (
+        type(layer) is keras.layers.DepthwiseConv2D
+        and layer.data_format == "channels_last"
+        and tuple(layer.dilation_rate) == (1, 1)
+        and layer.activation in (None, keras.activations.linear)
+    )
+
+
+def _tail_backward(conv, y, dz, relu=False):
+    """(dL/dy, {variable ref: gradient}) of the linear conv z = conv(y), or of z =
+    conv(relu(y)) with `relu`, from its backprop kernels: the conv is not run again."""
     strides, padding = [1, *conv.strides, 1], conv.padding.upper()
     kernel = tf.cast(conv.kernel.value, dz.dtype)
-    dkernel = tf.raw_ops.Conv2DBackpropFilter(
-        input=y, filter_sizes=tf.shape(kernel), out_backprop=dz, strides=strides, padding=padding)
+    depthwise = type(conv) is keras.layers.DepthwiseConv2D
+    backprop_filter, backprop_input = (
+        (tf.raw_ops.DepthwiseConv2dNativeBackpropFilter,
+         tf.raw_ops.DepthwiseConv2dNativeBackpropInput) if depthwise
+        else (tf.raw_ops.Conv2DBackpropFilter, tf.raw_ops.Conv2DBackpropInput))
+    dkernel = backprop_filter(
+        input=tf.nn.relu(y) if relu else y, filter_sizes=tf.shape(kernel), out_backprop=dz,
+        strides=strides, padding=padding)
     # dL/dy after the filter gradient, so after y is rebuilt: made first (it needs
     # only dz), it sat beside the block's second run, one more tensor of y's size.
     with tf.control_dependencies([dkernel]):
-        dy = tf.raw_ops.Conv2DBackpropInput(
-            input_sizes=tf.shape(y), filter=kernel, out_backprop=dz, strides=strides,
-            padding=padding)
+        dy = backprop_input(input_sizes=tf.shape(y), filter=kernel, out_backprop=dz,
+                            strides=strides, padding=padding)
+        if relu:  # from y, not relu(y): that is gone once dkernel is made
+            dy = tf.raw_ops.ReluGrad(gradients=dy, features=y)
     grads = {conv.kernel.value.ref(): tf.cast(dkernel, conv.kernel.dtype)}
     if conv.use_bias:
         # Summed in float32 for half types (TF's CPU kernels sum float16 in float16).

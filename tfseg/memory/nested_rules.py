@@ -1,7 +1,9 @@
-"""The rules across a nested model's boundary (`tfseg.memory.nested`): a 1x1 conv that
-takes in the upsampling before it, or the resized maps concatenated for it."""
+"""The upsampling rules (`lean_upsampling`): across a nested model's boundary
+(`tfseg.memory.nested`), a 1x1 conv that takes in the upsampling before it, or the
+resized maps concatenated for it; at the model's output, the logits' resize that the
+training loss takes in."""
 
-from tfseg.layers import UpsampledConv2D
+from tfseg.layers import LogitsResize, ResizeLike, UpsampledConv2D
 from tfseg.memory.matchers import plain_conv
 from tfseg.memory.nested import resized_concat_conv, upsampled_conv
 from tfseg.memory.plans import PASSES, ConcatConv
@@ -9,6 +11,7 @@ from tfseg.memory.rules import record, rule
 
 record("upsampled", lambda pairs: f"moved {len(pairs)} upsamplings after the 1x1 conv "
                                   f"that reads them")
+record("loss_resize", lambda names: f"the training loss takes the logits before {names[0]}")
 
 
 @rule("resized_concat_conv", order=60, option="lean_upsampling")
@@ -49,3 +52,19 @@ def upsampled(finding):
         finding.replace(layer, UpsampledConv2D,
                         input_upsampling=upsampling.operation.size,
                         input_interpolation=upsampling.operation.interpolation)
+
+
+@rule("logits_resize", order=95, option="lean_upsampling")
+def logits_resize(finding):
+    """A `ResizeLike` that makes a single-output model's output from a 4-D map: a
+    `LogitsResize`, whose input tfseg's training loss takes instead, keeping the small
+    logits (`tfseg.layers.resized_loss`). The same layer to every other caller."""
+    graph = finding.graph
+    if len(graph.model.outputs) != 1:
+        return
+    for node in finding.open_nodes():
+        layer = node.operation
+        if (type(layer) is ResizeLike and id(node.outputs[0]) in graph.outputs
+                and not graph.shared(layer) and len(node.input_tensors[0].shape) == 4):
+            finding.replace(layer, LogitsResize)
+            finding.add("loss_resize", layer.name)

@@ -33,19 +33,28 @@ PASSES, DROPS = Passes(), Drops()
 
 @dataclasses.dataclass(frozen=True, eq=False)  # plans hold KerasTensors: compared by identity
 class Block:
-    """The nodes `inside` (ids), from `start` (a tensor) to the node it is keyed by, as
-    one `Recompute` layer called `name`: a recompute segment (`tail` None; with
-    `branches`, a list of the node ids of each branch, as `SerialBranches`), or a
-    separable conv whose pointwise conv is the node `tail`."""
+    """The nodes `inside` (ids), from `start` (a tensor, or a tuple of tensors: the
+    block's inputs) to the node it is keyed by, as one `Recompute` layer called `name`:
+    a recompute segment (`tail` None; with `branches`, a list of the node ids of each
+    branch, as `SerialBranches`), or a separable conv whose pointwise conv is the node
+    `tail` (`tail_relu`: the last node inside is a plain ReLU, which `Recompute`
+    applies itself)."""
 
     name: str
     inside: frozenset
     start: object
     tail: object = None
     branches: list = None
+    tail_relu: bool = False
 
     def build(self, builder, node, tensors):
-        return builder.block(self, node)(tensors[id(self.start)])
+        starts = [tensors[id(t)] for t in self.starts]
+        return builder.block(self, node)(starts if isinstance(self.start, tuple) else starts[0])
+
+    @property
+    def starts(self):
+        """The block's input tensors, as a tuple."""
+        return self.start if isinstance(self.start, tuple) else (self.start,)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

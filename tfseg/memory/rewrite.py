@@ -118,22 +118,27 @@ class _Builder:
 
     def block(self, block, end):
         """The layer that runs `block` (a `plans.Block` ending at the node `end`)."""
-        block_input = keras.Input(batch_shape=block.start.shape, dtype=block.start.dtype)
+        starts = [keras.Input(batch_shape=t.shape, dtype=t.dtype) for t in block.starts]
+        block_input = starts if isinstance(block.start, tuple) else starts[0]
+        known = dict(zip(map(id, block.starts), starts))
         nodes = [n for n in self.graph.nodes if id(n) in block.inside]
         inner = self.summary.inner.get(block.name, {})  # its fused separable convs
         if block.branches is not None:
             return SerialBranches([
                 keras.Model(block_input, self.run([n for n in nodes if id(n) in branch],
-                                                  {id(block.start): block_input}, inner)[id(t)],
+                                                  dict(known), inner)[id(t)],
                             name=f"{block.name}_branch{i}")
                 for i, (branch, t) in enumerate(zip(block.branches, end.input_tensors))
             ], axis=end.operation.axis, name=block.name)
+        if block.tail_relu:  # Recompute applies it
+            nodes = nodes[:-1]
         last = nodes[-1] if block.tail is not None else end
-        out = self.run(nodes, {id(block.start): block_input}, inner)[id(last.outputs[0])]
+        out = self.run(nodes, dict(known), inner)[id(last.outputs[0])]
         model = keras.Model(block_input, out, name=f"{block.name}_block")
         if block.tail is None:  # a segment
             return self.recompute_layer(model, name=block.name)
-        return Recompute(model, tail=self.twin(block.tail.operation), name=block.name)
+        return Recompute(model, tail=self.twin(block.tail.operation), tail_relu=block.tail_relu,
+                         name=block.name)
 
     def call(self, node, tensors):
         """`node`'s layer's twin called on the new tensors, as the node called it."""

@@ -55,8 +55,9 @@ XCEPTION65 = (
 # recompute (entry block 1 at stride 2-4, and the 16 middle units).
 # The names are defined with the config (which imports no TensorFlow), checked here.
 RECOMPUTABLE = RECOMPUTE_BLOCKS
-DEFAULT_RECOMPUTE = ("entry_block1", "middle")
+DEFAULT_RECOMPUTE = ("entry_stem", "entry_block1", "middle")
 STEM = "entry_conv"  # the two stem convs: entry_conv1, entry_conv2 (entry flow)
+STEM_SEGMENT = "entry_stem"  # the recompute segment of the two (after entry_conv1_pad)
 
 OUTPUT_STRIDES = (8, 16, 32)
 
@@ -114,6 +115,8 @@ def recompute_segments(features, names, middle_repeats=None, specs=XCEPTION65):
             f"recompute: cannot recompute {bad}; recomputable blocks: {list(RECOMPUTABLE)}")
     producer = lambda t: t._keras_history.operation.name  # noqa: E731
     previous, segments = features["stem"], []
+    if STEM_SEGMENT in names:  # from the padded image: the model's input starts no segment
+        segments.append(Segment(STEM_SEGMENT, f"{STEM}1_pad", producer(previous)))
     for spec in specs:
         for name in units[spec.name]:
             if spec.name in names or name in names:

@@ -33,7 +33,9 @@ def build_step(config, strategy, make_model, norm):
     (``tfseg.profile.step``)."""
     with strategy.scope():
         model = make_model(norm)
-        loss = losses.for_model(model, config.optim.class_weights)
+        # A split model places its layers' ops itself: its loss takes its output.
+        loss = losses.for_model(model, config.optim.class_weights,
+                                resized=not config.run.model_devices)
         model = split_for_run(config, model, loss,
                               lambda: device_lib.overhead(config.run.device_overhead_gb).bytes)
         optimizer = optim.optimizer(config, model)

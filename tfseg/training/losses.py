@@ -5,7 +5,8 @@ import keras
 import tensorflow as tf
 
 from tfseg.data import IGNORE_LABEL
-from tfseg.layers import ShardedLogits
+from tfseg.layers import LogitsResize, ShardedLogits, resized_cross_entropy
+from tfseg.layers.resize import resize_bilinear
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
@@ -41,6 +42,8 @@ class PixelLoss(keras.losses.Loss):
         passes that of all its micro-batches, ``count(...)``).
     Returns a float scalar.
     """
+
+    predict_after_backward = False  # the full-size logits would wait through it
 
     def __init__(self, class_weights=(), name="pixel_loss"):
         # reduction="sum" only labels what comes out (one scalar): __call__ reduces itself.
@@ -93,6 +96,10 @@ class PixelLoss(keras.losses.Loss):
         """The predicted class of each pixel [N, H, W] (int32) from the model's output."""
         return tf.argmax(y_pred, -1, output_type=tf.int32)
 
+    def logits_of(self, model, inputs):
+        """What tfseg's training step gives this loss as ``y_pred``: ``model``'s output."""
+        return model(inputs, training=True)
+
     def get_config(self):
         return {"class_weights": list(self.class_weights), "name": self.name}
 
@@ -124,13 +131,69 @@ class ShardedPixelLoss(PixelLoss):
         return self.head.classes(y_pred, size)
 
 
-def for_model(model, class_weights=()):
+class ResizedPixelLoss(PixelLoss):
+    """``PixelLoss`` of a model whose output is a ``tfseg.layers.LogitsResize`` (a
+    memory-saving model's): tfseg's step gives it the logits before that resize
+    (``logits_of``), and it resizes them inside ``tfseg.layers.resized_cross_entropy``,
+    which keeps the small logits, not a full-size tensor of class scores. The same value
+    and gradients as ``PixelLoss`` of the model's output.
+
+    Args:
+      model: the model (functional), whose output layer is a ``LogitsResize``.
+      class_weights, name: as ``PixelLoss``'s.
+    """
+
+    # The step predicts once the gradients exist: the resize to full size would else
+    # sit at the loss's peak, beside what the forward pass keeps.
+    predict_after_backward = True
+
+    def __init__(self, model, class_weights=(), name="pixel_loss"):
+        super().__init__(class_weights, name)
+        node = _output_node(model)
+        self.model, self.align_corners = model, node.operation.align_corners
+        # The same layers, up to the resize's input: shares the model's variables.
+        self.logits_model = keras.Model(model.inputs, node.input_tensors[0], name=model.name)
+
+    def logits_of(self, model, inputs):
+        if model is not self.model:
+            raise ValueError(f"{self.name}: made for {self.model.name}, given another model")
+        return self.logits_model(inputs, training=True)
+
+    def call(self, y_true, y_pred, sample_weight=None, count=None):
+        labels = _class_ids(y_true)
+        weights = self.weights(labels, sample_weight)
+        logits = tf.convert_to_tensor(y_pred)
+        total = resized_cross_entropy(logits, labels, weights, self.align_corners)
+        count = _over_replicas(tf.reduce_sum(weights)) if count is None else count
+        return total / tf.maximum(tf.cast(count, total.dtype), 1.0)
+
+    def classes(self, y_pred, size=None):
+        return tf.argmax(resize_bilinear(y_pred, size, self.align_corners), -1,
+                         output_type=tf.int32)
+
+
+def for_model(model, class_weights=(), resized=True):
     """The loss of ``model``'s output: ``ShardedPixelLoss`` when its head is a
-    ``tfseg.layers.ShardedLogits``, else ``PixelLoss``."""
+    ``tfseg.layers.ShardedLogits``; ``ResizedPixelLoss`` when ``resized`` and its output
+    is a ``tfseg.layers.LogitsResize`` (the memory rewrite's, ``lean_upsampling``); else
+    ``PixelLoss``."""
     heads = [layer for layer in model.layers if isinstance(layer, ShardedLogits)]
     if heads:
         return ShardedPixelLoss(heads[0], class_weights)
+    if resized and _output_node(model) is not None:
+        return ResizedPixelLoss(model, class_weights)
     return PixelLoss(class_weights)
+
+
+def _output_node(model):
+    """The node making a functional ``model``'s single output where its layer is a
+    ``LogitsResize``, else None."""
+    if not isinstance(model, keras.Model) or len(model.outputs or ()) != 1:
+        return None
+    history = getattr(model.outputs[0], "_keras_history", None)
+    if history is None or not isinstance(history.operation, LogitsResize):
+        return None
+    return history.operation._inbound_nodes[history.node_index]
 
 
 def mean_iou(num_classes, name="mean_iou"):

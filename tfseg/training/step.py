@@ -191,7 +191,7 @@ class _TrainStep:
             grads = tf.gradients(scaled, [v.value for v in variables])
         else:
             with tf.GradientTape() as tape:
-                logits = model(inputs, training=True)
+                logits = loss_fn.logits_of(model, inputs)  # the model's output, or before it
                 loss = loss_fn(labels, logits, count=count)
                 scaled = optimizer.scale_loss(loss)
             grads = tape.gradient(scaled, variables)
@@ -218,7 +218,8 @@ class _TrainStep:
         finite = tf.math.is_finite(loss)
         if not self.loss_scaled:
             finite = tf.reduce_all([finite] + [tf.reduce_all(tf.math.is_finite(g)) for g in grads])
-        predictions = self.loss_fn.classes(logits, tf.shape(micro[-1][0])[1:3])
+        with tf.control_dependencies(grads if self.loss_fn.predict_after_backward else []):
+            predictions = self.loss_fn.classes(logits, tf.shape(micro[-1][0])[1:3])
         return loss, 1 - tf.cast(finite, tf.int32), grads, predictions
 
     def update(self, grads, finite=None):
