@@ -139,7 +139,7 @@ def build(config, guard):
     norm = builders.norm_for(run, strategy)
     with strategy.scope():
         model = build_model(config, norm)
-        loss = losses.for_model(model, run.optim.class_weights)
+        loss = losses.for_model(model, run.optim.class_weights, resized=not run.run.model_devices)
         model = split_for_run(run, model, loss, overhead=lambda: 0)
         optimizer = optim.optimizer(run, model)
         counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")

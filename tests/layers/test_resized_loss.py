@@ -64,14 +64,14 @@ def test_compiled_float32_is_as_close_as_uncompiled():
 
 def _gradient_graph(small_shape):
     @tf.function
-    def run(small, labels, weights):
+    def run(small, labels, weights, upstream):
         with tf.GradientTape() as tape:
             tape.watch(small)
             value = resized_cross_entropy(small, labels, weights)
-        return [value, tape.gradient(value, small)]
+        return [value, tape.gradient(value, small, output_gradients=upstream)]
 
     return run.get_concrete_function(tf.TensorSpec(small_shape), tf.TensorSpec(FULL, tf.int64),
-                                     tf.TensorSpec(FULL)).graph
+                                     tf.TensorSpec(FULL), tf.TensorSpec(())).graph
 
 
 def test_it_keeps_the_small_logits_labels_and_weights_only():
@@ -95,6 +95,9 @@ def test_the_backward_pass_rebuilds_after_the_forward_and_its_gradient():
     resizes = [op for op in graph.get_operations() if op.type == "ResizeBilinear"]
     rebuilt = [op for op in resizes if op in ancestors(backward)]
     assert len(resizes) == 2 and forward in ancestors(rebuilt[-1])
+    (upstream,) = [op for op in graph.get_operations()
+                   if op.type == "Placeholder" and op.outputs[0].shape.rank == 0]
+    assert upstream in ancestors(rebuilt[-1]) and upstream not in ancestors(forward)
 
 
 def test_logits_resize_is_resize_like():
@@ -102,3 +105,22 @@ def test_logits_resize_is_resize_like():
     twin = LogitsResize.from_config(ResizeLike(True, name="r").get_config())
     assert isinstance(twin, ResizeLike) and twin.align_corners
     np.testing.assert_array_equal(twin([x, reference]), ResizeLike(True)([x, reference]))
+
+
+def test_16_bit_logits_are_summed_in_float32():
+    """`ResizedPixelLoss` casts 16-bit logits (a float16 head's) before the full-size
+    sums: in float16 they overflowed to NaN."""
+    import keras
+
+    from tfseg.training import losses
+    image = keras.Input((33, 49, 3))
+    small = keras.layers.Conv2D(CLASSES, 3, strides=4, padding="same", dtype="mixed_float16")(
+        image)
+    model = keras.Model(image, LogitsResize(dtype="float32")([small, image]))
+    rng = np.random.RandomState(0)
+    images = tf.constant(rng.uniform(-200, 200, (*FULL, 3)), tf.float32)
+    labels = tf.constant(rng.randint(0, CLASSES, FULL))
+    resized = losses.for_model(model, resized=True)
+    value = resized(labels, resized.logits_of(model, images))
+    stock = losses.PixelLoss()(labels, model(images, training=True))
+    assert np.isfinite(value) and abs(float(value) - float(stock)) <= 1e-3 * float(stock)

@@ -218,3 +218,35 @@ def test_the_decoder_keeps_the_maps_before_its_resize_and_concatenation(output_s
     assert outer.tail_relu and type(inner.tail) is keras.layers.DepthwiseConv2D
     x = np.random.RandomState(0).uniform(-1, 1, shape).astype("float32")
     np.testing.assert_allclose(lean(x, training=False), stock(x, training=False), atol=1e-5)
+
+
+@pytest.mark.parametrize("before", ["relu", "dilated"])
+def test_a_resized_concatenation_before_other_separable_convs_is_the_plain_rule(before, float64):
+    """Where an activation comes before the depthwise conv, or it is dilated, the
+    resized concatenation stays outside: the plain separable block takes the chain,
+    and the rewrite is exact (it raised KeyError / ValueError)."""
+    import tensorflow as tf
+
+    from tfseg.layers import ResizeLike
+    high, low = keras.Input((3, 4, 4)), keras.Input((9, 13, 3))
+    x = keras.layers.Concatenate()([ResizeLike(name="up")([high, low]), low])
+    if before == "relu":
+        x = keras.layers.ReLU(name="pre")(x)
+    x = keras.layers.DepthwiseConv2D(3, padding="same", dilation_rate=2 if before == "dilated"
+                                     else 1, use_bias=False, name="dw")(x)
+    x = keras.layers.BatchNormalization(name="dw_bn")(x)
+    x = keras.layers.ReLU(name="dw_relu")(x)
+    stock = keras.Model([high, low], keras.layers.Conv2D(5, 1, name="pw")(x))
+    summary = memory.changes(stock)
+    assert not summary.resized_concat and summary.separable == [("dw", "pw")]
+    new = memory.rewrite(stock)
+    rng = np.random.RandomState(0)
+    xs = [tf.constant(rng.randn(2, 3, 4, 4)), tf.constant(rng.randn(2, 9, 13, 3))]
+    got, want = [], []
+    for model, out in ((stock, want), (new, got)):
+        with tf.GradientTape() as tape:
+            tape.watch(xs)
+            loss = tf.reduce_sum(model(xs, training=True) ** 2)
+        out += tape.gradient(loss, xs + model.trainable_variables)
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-9)

@@ -102,3 +102,12 @@ def test_the_stem_is_a_segment_from_the_padded_image():
     assert [(s.name, s.start, s.end) for s in segments] == [
         ("entry_stem", "entry_conv1_pad", "entry_conv2_relu"),
         ("entry_block1", "entry_conv2_relu", "entry_block1_add")]
+
+
+def test_the_planner_costs_the_stem_segment():
+    """The budget planner and the report's anchors find a segment's layers by
+    `segment_of`: the stem's convs and norms are "entry_stem"'s, or it is never costed."""
+    from tfseg.models import segment_of
+    assert {segment_of(n) for n in ("entry_conv1", "entry_conv1_bn", "entry_conv2_relu")} == {
+        "entry_stem"}
+    assert segment_of("entry_block1_sepconv1_depthwise") == "entry_block1"

@@ -77,7 +77,7 @@ HEADS = ["stock_head", "class_shards", "resized"]
                          ids=["unweighted", "class_weights"])
 def test_the_step_does_no_int32_work_on_the_label_map(head, class_weights):
     model = _model(head)
-    loss = losses.for_model(model, class_weights)
+    loss = losses.for_model(model, class_weights, resized=True)
     optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
     step = tf.Variable(0, dtype=tf.int64)
     train_step = make_train_step(tf.distribute.get_strategy(), model, optimizer, loss, step)
@@ -93,7 +93,7 @@ def test_the_step_does_no_int32_work_on_the_label_map(head, class_weights):
 def test_int64_labels_give_the_same_loss_as_int32(head):
     """int32, int64 and float labels ([N, H, W] or [N, H, W, 1]) are the same classes."""
     model = _model(head)
-    loss = losses.for_model(model, (1.0, 2.0, 0.5, 1.0, 3.0))
+    loss = losses.for_model(model, (1.0, 2.0, 0.5, 1.0, 3.0), resized=True)
     rng = np.random.default_rng(0)
     labels = rng.integers(0, CLASSES, (BATCH, *SIZE))
     labels[0, :5] = 255
@@ -121,9 +121,10 @@ def test_a_memory_saving_step_takes_the_small_logits_and_updates_as_stock(
                   **{**TINY, "middle_repeats": 1})
     stock = deeplab_v3_plus(CLASSES, **kwargs)
     saving = memory.rewrite(stock)
-    saving_loss = losses.for_model(saving, (1.0, 2.0, 0.5, 1.0, 3.0))
+    saving_loss = losses.for_model(saving, (1.0, 2.0, 0.5, 1.0, 3.0), resized=True)
     assert type(saving_loss) is losses.ResizedPixelLoss
-    assert type(losses.for_model(stock)) is losses.PixelLoss
+    assert type(losses.for_model(stock, resized=True)) is losses.PixelLoss
+    assert type(losses.for_model(saving)) is losses.PixelLoss  # a split model's
     rng = np.random.default_rng(0)
     images = tf.constant(rng.integers(0, 256, (BATCH, 37, 51, 3)), tf.uint8)
     labels = rng.integers(0, CLASSES, (BATCH, 37, 51))

@@ -58,7 +58,10 @@ class SerialBranches(keras.layers.Layer):
             with record.stop_recording():  # eager: keep the outer tape off the branches
                 ys = []
                 for b in branches:  # one after another: one working set at a time
-                    ys.append(b(x if not ys else gated(x, ys[-1]), training=True))
+                    # A control dependency: an order for TF's executor (XLA schedules
+                    # by itself), not a data gate's full-size add there.
+                    with tf.control_dependencies(ys[-1:]):
+                        ys.append(b(tf.identity(x), training=True))
             sizes = [y.shape[axis] if y.shape[axis] is not None else tf.shape(y)[axis] for y in ys]
 
             def backward(dz, variables=None):

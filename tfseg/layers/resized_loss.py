@@ -37,7 +37,9 @@ def resized_cross_entropy(logits, labels, weights, align_corners=False):
     """sum(weights * softmax cross-entropy of `logits` resized to the labels' size).
 
     Args:
-      logits: float [N, h, w, C], before their resize (float32 or float64).
+      logits: float [N, h, w, C], before their resize (float32 or float64: a caller with
+        16-bit logits casts them, as `tfseg.training.losses.ResizedPixelLoss` does, since
+        a 16-bit sum over every pixel overflows).
       labels: int class ids [N, H, W]; where `weights` is 0 any value (255) is fine.
       weights: float [N, H, W], each pixel's weight (0: left out).
       align_corners: the resize's convention (`resize_bilinear`'s).
@@ -56,7 +58,7 @@ def resized_cross_entropy(logits, labels, weights, align_corners=False):
     """
     size = tf.shape(labels)[1:3]
     weights = tf.cast(weights, logits.dtype)
-    labels = tf.where(weights > 0, labels, tf.zeros_like(labels))  # 255 where weight 0
+    labels = tf.where(tf.not_equal(weights, 0), labels, tf.zeros_like(labels))  # 255 there
 
     def scores(small):
         return tf.cast(resize_bilinear(small, size, align_corners), small.dtype)

@@ -3,6 +3,7 @@
 import keras
 
 from tfseg.layers import ResizeLike, elementwise
+from tfseg.layers.recompute import is_linear_depthwise
 from tfseg.memory.matchers import relu_start, separable_chain
 from tfseg.memory.plans import Block
 from tfseg.memory.rules import record, rule
@@ -78,14 +79,17 @@ def resized_concat_separable(finding):
         return
     for node in finding.open_nodes():
         chain = None if id(node) in finding.segment_of else separable_chain(graph, node)
-        found = chain and resized_concat(graph, chain[0])
+        # The depthwise conv first (no activation or padding before it), a tail
+        # `Recompute` can run from its backprop kernels: else the plain `separable`.
+        found = (chain and type(chain[0].operation) is keras.layers.DepthwiseConv2D
+                 and is_linear_depthwise(chain[0].operation) and resized_concat(graph, chain[0]))
         if not found:
             continue
         before, starts = found
         inside = frozenset({id(n) for n in chain} | before)
         if inside & finding.taken:
             continue
-        depthwise = next(n for n in chain if type(n.operation) is keras.layers.DepthwiseConv2D)
+        depthwise = chain[0]
         finding.add("resized_concat", depthwise.operation.name)
         finding.add("separable", (depthwise.operation.name, node.operation.name))
         finding.taken |= inside | {id(node)}

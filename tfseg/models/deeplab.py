@@ -237,11 +237,12 @@ def part_of(layer_name, middle_repeats=None, specs=xception.XCEPTION65):
 
 def segment_of(layer_name, middle_repeats=None, specs=xception.XCEPTION65):
     """The recompute segment (a `--recompute` name) a layer is in, "" for none: the
-    unit of a recomputable block ("entry_block1", "middle_unit3"), "aspp" or
+    unit of a recomputable block ("entry_block1", "middle_unit3"), "entry_stem", "aspp" or
     "decoder" (its separable convs), for the budget planner's costs. Names are
     matched as `part_of` matches them: prefixes this package gave its layers."""
     owners = [(unit, unit) for spec in specs if spec.name in xception.RECOMPUTABLE
               for unit in xception.unit_names(spec, middle_repeats)]
+    owners += [(f"{xception.STEM}{k}", xception.STEM_SEGMENT) for k in (1, 2)]
     owners += [("aspp", "aspp"), ("decoder_conv1", "decoder"), ("decoder_conv2", "decoder")]
     for prefix, segment in owners:
         if layer_name == prefix or layer_name.startswith(prefix + "_"):

@@ -163,6 +163,8 @@ class ResizedPixelLoss(PixelLoss):
         labels = _class_ids(y_true)
         weights = self.weights(labels, sample_weight)
         logits = tf.convert_to_tensor(y_pred)
+        if logits.dtype != tf.float64:  # 16-bit logits: the full-size sums in float32
+            logits = tf.cast(logits, tf.float32)
         total = resized_cross_entropy(logits, labels, weights, self.align_corners)
         count = _over_replicas(tf.reduce_sum(weights)) if count is None else count
         return total / tf.maximum(tf.cast(count, total.dtype), 1.0)
@@ -172,10 +174,11 @@ class ResizedPixelLoss(PixelLoss):
                          output_type=tf.int32)
 
 
-def for_model(model, class_weights=(), resized=True):
+def for_model(model, class_weights=(), resized=False):
     """The loss of ``model``'s output: ``ShardedPixelLoss`` when its head is a
-    ``tfseg.layers.ShardedLogits``; ``ResizedPixelLoss`` when ``resized`` and its output
-    is a ``tfseg.layers.LogitsResize`` (the memory rewrite's, ``lean_upsampling``); else
+    ``tfseg.layers.ShardedLogits``; ``ResizedPixelLoss`` when ``resized`` (tfseg's step
+    on an unsplit model: it calls ``logits_of``) and its output is a
+    ``tfseg.layers.LogitsResize`` (the memory rewrite's, ``lean_upsampling``); else
     ``PixelLoss``."""
     heads = [layer for layer in model.layers if isinstance(layer, ShardedLogits)]
     if heads:
