@@ -1,5 +1,6 @@
-"""tfseg.deploy.run: int8 calibration reads the training images the run recorded, not the
-folder --data_dir's default names, and never writes a data set."""
+"""tfseg.deploy.run: int8 calibration reads the training images the run recorded, and
+--export_size's default the size of its evaluation images (else its crop), not those of
+the folder --data_dir's default names; neither ever writes a data set."""
 
 import json
 import os
@@ -7,7 +8,8 @@ import shutil
 
 from tests.train.conftest import run_main
 from tfseg.config import Config
-from tfseg.deploy.run import calibration_data, calibration_images, recorded_data
+from tfseg.deploy.run import (calibration_data, calibration_images, recorded_data,
+                              request_of)
 
 
 def test_calibration_reads_the_runs_recorded_data_set_unless_a_flag_names_another(
@@ -71,3 +73,37 @@ def test_int8_calibration_of_a_synthetic_run_whose_data_is_not_here_is_one_line(
                         "records it), which is not a folder here; give --data_dir: the "
                         "folder of the run's data set")
     assert os.listdir(cwd) == [] and not (tmp_path / "out").exists()
+
+
+def test_export_size_defaults_to_the_runs_evaluation_images_else_its_crop(data_dir, tmp_path):
+    """The size of the images of the data set the run recorded (64x96 here), else, where
+    they are gone, the run's crop: not --crop_size's default (128x128), which it fell back
+    to for every run on another folder than --data_dir's default."""
+    def size(flags, **recorded):
+        saved = json.loads(Config.from_flat(dataset="cityscapes", crop_size=(64, 64),
+                                            **recorded).to_json())
+        return request_of(flags, log=lambda *a: None, saved=saved).size
+
+    flags = Config.from_flat(model_dir=str(tmp_path / "run"))  # no data flags given
+    assert size(flags, data_dir=data_dir) == (64, 96)
+    assert size(flags, data_dir=str(tmp_path / "gone")) == (64, 64)
+    given = Config.from_flat(model_dir=str(tmp_path / "run"), export_size=(97, 129))
+    assert size(given, data_dir=data_dir) == (97, 129)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_run_on_another_data_folder_exports_at_its_images_size(trained, tmp_path,
+                                                                 monkeypatch):
+    """Exported without --data_dir, from another folder: the .tflite takes the run's
+    validation images as they are (64x96), not 128x128."""
+    import tensorflow as tf
+
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    proc = run_main("--mode=export", f"--model_dir={trained[1]}", "--export_format=tflite",
+                    f"--export_dir={tmp_path / 'out'}")
+    assert "uint8 image [1,64,96,3]" in proc.stdout, proc.stdout[-2000:]
+    interpreter = tf.lite.Interpreter(model_path=str(tmp_path / "out" / "model.tflite"))
+    assert list(interpreter.get_input_details()[0]["shape"]) == [1, 64, 96, 3]
+    assert os.listdir(cwd) == []

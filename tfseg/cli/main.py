@@ -138,6 +138,15 @@ def main(argv):
     except NonFiniteLoss as error:
         print(error_line(error), file=sys.stderr)
         return 3
+    except KeyboardInterrupt as error:
+        # Ctrl-C where Python's own handling is in place (export, predict, convert): the
+        # write under way removed what it built (tfseg.io.outputs); one line saying so
+        # (the library's, else the mode's), then the end Python's would be (130 in a
+        # shell), without its traceback.
+        said = str(error) or (f"interrupted during --mode={FLAGS.mode}; each output is "
+                              f"the previous one or the new one, whole")
+        print(f"{PROG}: {said}", file=sys.stderr, flush=True)
+        name = "SIGINT"
     except BaseException as error:
         # A signal during a write that arrived between the end of the write's block and
         # its cleanup reaches here (tfseg.io.outputs.Interrupted): end as the signal

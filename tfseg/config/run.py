@@ -80,9 +80,10 @@ class Run:
         "class ids [1,H,W] (docs/export.md).", items=(str, None))
     export_size: Tuple[int, ...] = setting(
         (), "export: the fixed HEIGHT,WIDTH of a .tflite's input (default: the size the "
-        "--eval_split images share, else --crop_size rounded to the nearest size the model "
-        "maps exactly); the SavedModel and ONNX take any size. Every format pads each "
-        "image to such a size inside, as eval does.", items=(int, None))
+        "run's --eval_split images share, else its --crop_size rounded to the nearest size "
+        "the model maps exactly; at most what fits in memory to convert); the SavedModel "
+        "and ONNX take any size. Every format pads each image to such a size inside, as "
+        "eval does.", items=(int, None))
     export_logits: bool = setting(False, "export: also output the float32 logits "
                                   "[1,H,W,C] (named logits).")
     tflite_quantization: str = setting(

@@ -46,6 +46,8 @@ class Exporter:
       write_labels: ``write_labels(path, text)``: stores the JSON text of a
         ``labels.Labels`` in the entry ``path`` this format wrote.
       read_labels: ``read_labels(path) -> text``, None for a file without it.
+      fits: ``fits(model, request)``: raises ``InputError`` where this machine could not
+        convert ``request`` (its memory: ``tfseg.deploy.fits``); None where any fits.
     """
 
     name: str
@@ -57,6 +59,7 @@ class Exporter:
     open_needs: Tuple[str, ...] = ()
     write_labels: Optional[Callable] = None
     read_labels: Optional[Callable] = None
+    fits: Optional[Callable] = None
 
     def require(self):
         """Refuses in one line, before any work, a format whose converter is missing or
@@ -91,10 +94,11 @@ def _broken(modules):
     return None
 
 
-def register(name, entries, needs=()):
-    """Decorator: registers ``write`` as the exporter of format ``name``."""
+def register(name, entries, needs=(), fits=None):
+    """Decorator: registers ``write`` as the exporter of format ``name`` (``fits``: see
+    ``Exporter``)."""
     def decorate(write):
-        EXPORTERS[name] = Exporter(name, tuple(entries), write, tuple(needs))
+        EXPORTERS[name] = Exporter(name, tuple(entries), write, tuple(needs), fits=fits)
         return write
     return decorate
 

@@ -18,14 +18,17 @@ from tfseg.deploy.registry import EXPORTERS, all_entries
 from tfseg.deploy.serving import Request, resized
 
 
-# The run's data set, as its config.json records it: int8 calibration reads it where the
-# flags leave these settings at their defaults.
+# The run's data set, as its config.json records it, where the flags leave these settings
+# at their defaults: int8 calibration reads its training images (RECORDED_DATA), and
+# --export_size's default is the size of its evaluation images, else of its crop
+# (RECORDED_SIZES).
 RECORDED_DATA = ("dataset", "data_dir", "train_split")
+RECORDED_SIZES = ("dataset", "data_dir", "eval_split", "crop_size")
 
 
-def recorded_data(config, saved, run_dir=None):
+def recorded_data(config, saved, run_dir=None, names=RECORDED_DATA):
     """``config`` with the data set ``saved`` (the run's config.json dict) records, for each
-    of ``RECORDED_DATA`` the command leaves at its default: the training images the run
+    of ``names`` the command leaves at its default: the training images the run
     read, not ``--data_dir``'s default folder (where the synthetic reader would write a
     new data set). A relative data folder is taken from the folder the run was trained
     in, where ``run_dir`` (the run's folder now) ends with the ``model_dir`` it records
@@ -34,7 +37,7 @@ def recorded_data(config, saved, run_dir=None):
     if not saved:
         return config
     settings, current, default = config.settings_of(saved), config.flat(), type(config)().flat()
-    changes = {name: settings[name] for name in RECORDED_DATA
+    changes = {name: settings[name] for name in names
                if name in settings and current[name] == default[name]}
     root, trained_in = changes.get("data_dir"), _trained_in(settings.get("model_dir"), run_dir)
     if root and not os.path.isabs(root) and trained_in:
@@ -123,18 +126,34 @@ def export_size(config):
 
 
 def request_of(config, log=print, saved=None, run_dir=None):
-    """The ``Request`` of ``config``: the export size (``export_size``), the pass sizes
-    the model maps exactly (eval's), the logits, the quantisation and, for int8, the
-    calibration images (of the data set ``saved``, the config.json of the run in
-    ``run_dir``, records: ``calibration_data``)."""
+    """The ``Request`` of ``config``: the export size (``export_size`` of the data set and
+    crop that ``saved``, the config.json of the run in ``run_dir``, records, where no flag
+    names others), the pass sizes the model maps exactly (eval's), the logits, the
+    quantisation and, for int8, the calibration images (of the data set the run
+    records: ``calibration_data``)."""
     run = config.run
-    size = export_size(config)
+    size = export_size(recorded_data(config, saved, run_dir, RECORDED_SIZES))
     calibration = (calibration_images(calibration_data(config, saved, run_dir), size,
                                       run.calibration_images)
                    if run.tflite_quantization == "int8" else None)
     return Request(size=size, logits=run.export_logits, quantization=run.tflite_quantization,
                    calibration=calibration, log=log,
                    sizes=inference_config(config, mode="whole"))
+
+
+# What a Ctrl-C interrupts, in its one line (else "the writing of ENTRY").
+WRITING = {"tflite": "the TFLite conversion", "onnx": "the ONNX conversion"}
+
+
+def interrupted(doing, export_dir, previous):
+    """The line of a Ctrl-C during the export's writing: ``doing`` (None: its renaming into
+    place, which finishes), into ``export_dir``, which held an export if ``previous``."""
+    if doing is None:
+        return (f"interrupted as the new export was renamed into place: {export_dir} holds "
+                f"the previous export or the new one, whole")
+    kept = (f"the previous export in {export_dir} is as it was" if previous else
+            f"nothing was written to {export_dir}")
+    return f"interrupted during {doing}; {kept}"
 
 
 def export(config, log=print):
@@ -166,7 +185,10 @@ def export(config, log=print):
     Raises:
       InputError: a format's converter is missing (names the extra) or failed (names
         the format and the op); EXPORT_DIR is a file, is not empty (without
-        --overwrite), holds other files than an export's, or cannot be written.
+        --overwrite), holds other files than an export's, or cannot be written; the
+        .tflite's conversion would not fit in memory (``tfseg.deploy.fits``).
+      KeyboardInterrupt: Ctrl-C while the export was written, with the line saying what
+        it interrupted and that EXPORT_DIR is as it was (``interrupted``).
     """
     run = config.run
     exporters = [EXPORTERS[name] for name in dict.fromkeys(run.export_format)]
@@ -180,16 +202,24 @@ def export(config, log=print):
     model, path, config = loaded.model, loaded.checkpoint, loaded.config
     run_dir = os.path.dirname(path) or "."
     request = request_of(config, log, files.load_config(run_dir), run_dir)
+    for exporter in exporters:
+        if exporter.fits:  # before anything is written (a huge --export_size)
+            exporter.fits(model, request)
     carried, written = labels.of_model(loaded), []
+    doing, previous = None, os.path.isdir(export_dir) and bool(os.listdir(export_dir))
     try:
         with replaced_folder(export_dir, "--export_dir") as new:
             for exporter in exporters:
+                doing = WRITING.get(exporter.name, f"the writing of {exporter.entries[0]}")
                 written.append(exporter.write(model, new, request))
                 labels.write(exporter, new, carried)
+            doing = None  # all built: renamed into place now
     except tf.errors.OpError as error:  # TF's own writes (a SavedModel's variables)
         reason = re.sub(r"\s*\[Op:\w+\]$", "", error.message.strip().splitlines()[0])
         raise InputError(f"--export_dir: could not write {export_dir}: "
                          f"{reason.split('; ')[-1]}") from None
+    except KeyboardInterrupt:  # Ctrl-C, once the staged export is removed (or renamed in)
+        raise KeyboardInterrupt(interrupted(doing, export_dir, previous)) from None
     log(f"exported {path} to {export_dir}, each file with its {carried.num_classes} "
         f"classes ({labels.NAME}):\n" + "\n".join(f"  {w}" for w in written))
     return export_dir

@@ -12,6 +12,7 @@ Example::
     classes = interpreter.get_signature_runner()(image=uint8_image)["classes"]
 """
 
+import math
 import os
 import struct
 
@@ -19,8 +20,10 @@ import numpy as np
 import tensorflow as tf
 
 from tfseg.deploy import labels
+from tfseg.deploy.fits import INPUT_BYTES_PER_PIXEL, peak_live_bytes, require_fits
 from tfseg.deploy.registry import labelled, register, runner
-from tfseg.deploy.serving import CLASSES, INPUT, converter_failed, frozen_function, resized
+from tfseg.deploy.serving import (CLASSES, INPUT, converter_failed, frozen_function, resized,
+                                  serving_function)
 from tfseg.errors import InputError
 
 TFLITE_FILE = "model.tflite"
@@ -60,7 +63,20 @@ def convert(model, request):
         raise converter_failed("tflite", error) from None
 
 
-@register("tflite", entries=(TFLITE_FILE,))
+def fits_here(model, request):
+    """Refuses, before anything is written, an export size whose conversion would not fit
+    in this machine's memory (``tfseg.deploy.fits``): freezing the graph allocates the
+    input (3 bytes a pixel); int8 calibration also runs the model at that size, its
+    activations the serving graph's peak of live tensors (traced there, not run)."""
+    multiple = request.sizes.size_multiple
+    require_fits(request.size, INPUT_BYTES_PER_PIXEL, multiple)
+    if request.quantization == "int8":
+        graph = serving_function(model, request.input_shape(fixed=True), request.logits,
+                                 request.sizes).get_concrete_function().graph
+        require_fits(request.size, peak_live_bytes(graph) / math.prod(request.size), multiple)
+
+
+@register("tflite", entries=(TFLITE_FILE,), fits=fits_here)
 def write(model, folder, request):
     with open(os.path.join(folder, TFLITE_FILE), "wb") as f:
         f.write(convert(model, request))
