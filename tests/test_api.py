@@ -95,6 +95,32 @@ def test_a_dict_of_settings_is_a_config_and_anything_else_one_line(tmp_path):
         tfseg.evaluate({"crop_size": "big"})
 
 
+def test_a_runs_config_json_dict_is_read_as_that_file_is(tmp_path):
+    """``config_of(json.load(open("RUN/config.json")))`` raised ``TypeError: no setting
+    'data'``: its sections and records are read as every mode reads that file, and a bad
+    field is refused naming it."""
+    from tfseg.runtime import files
+
+    run = tfseg.Config.from_flat(model_dir=str(tmp_path), crop_size=(65, 65),
+                                 width_multiplier=0.25, export_format=("tflite",))
+    files.save_config(run, str(tmp_path), class_names=["sky", "road"],
+                      palette=[[0, 0, 255], [128, 64, 128]])
+    with open(tmp_path / "config.json") as f:
+        saved = json.load(f)
+    assert config_of(saved) == run
+    assert config_of(saved, batch_size=3, crop_size="33,33") == \
+        run.replace(batch_size=3, crop_size=(33, 33))
+    for field, value, why in [("width_multiplier", "wide", ""),
+                              ("bogus", 1, "unknown field: not a setting of this tfseg")]:
+        bad = {**saved, "model": {**saved["model"], field: value}}
+        with pytest.raises(InputError, match=f"^config: model\\.{field}: {why}"):
+            config_of(bad)
+    with pytest.raises(InputError, match="^config: data: must be an object of settings"):
+        tfseg.evaluate({**saved, "data": 3})
+    with pytest.raises(InputError, match="^config: data.crop_size: 66x66 does not fit"):
+        config_of({**saved, "data": {**saved["data"], "crop_size": [66, 66]}})
+
+
 @pytest.mark.slow
 def test_a_run_started_with_python_values_is_read_by_every_later_command(tmp_path):
     """Numpy numbers, 1 for true, lists for sizes and lists, Paths: config.json records

@@ -18,24 +18,32 @@ Example:
 
 from collections.abc import Mapping
 
-from tfseg.config import Config
+from tfseg.config import SECTIONS, Config
+from tfseg.config.names import RECORDS
 from tfseg.errors import InputError
 
 
 def config_of(config=None, **overrides):
-    """``config`` (a ``Config``, a mapping of settings by flag name, or None for the
-    defaults) with the settings of ``overrides`` (flag names) replaced, each parsed as its
-    flag is (``tfseg.config.values``: ``crop_size=(65, 65)`` or ``"65,65"``).
+    """``config`` with the settings of ``overrides`` (flag names) replaced, each parsed as
+    its flag is (``tfseg.config.values``: ``crop_size=(65, 65)`` or ``"65,65"``).
+    ``config``: a ``Config``; a mapping of settings by flag name; a run's config.json as
+    ``json.load`` gives it (its sections, ``class_names``, ...), checked as every mode
+    checks that file (``Config.check_saved``); or None for the defaults.
 
     Raises:
-      InputError: "--FLAG: why", naming the first bad setting, before anything runs.
+      InputError: "--FLAG: why", naming the first bad setting, or "config: FIELD: why"
+        for a config.json dict ("config: model.width_multiplier: ..."), before anything
+        runs.
       TypeError: a name that is no setting.
     """
     if isinstance(config, Mapping):
         if not all(isinstance(name, str) for name in config):
             raise InputError(f"config: a mapping of settings needs flag names as keys, got "
                              f"{list(config)!r}")
-        config, overrides = Config(), {**config, **overrides}
+        if any(name in SECTIONS or name in RECORDS for name in config):  # a config.json
+            config = Config.check_saved(dict(config), "config", extras=RECORDS)
+        else:
+            config, overrides = Config(), {**config, **overrides}
     elif config is None:
         config = Config()
     elif not isinstance(config, Config):
@@ -43,6 +51,19 @@ def config_of(config=None, **overrides):
                          f"got {type(config).__name__}; or pass the settings as keywords "
                          f"(tfseg.export(model_dir=...))")
     return config.replace(**overrides) if overrides else config
+
+
+def given_of(config=None, **overrides):
+    """The flag names of the settings a caller gave: those of ``overrides`` and of a
+    mapping ``config``, and those a ``Config`` sets to other than their defaults."""
+    if isinstance(config, Mapping):
+        named = set(Config.settings_of(config))
+    elif isinstance(config, Config):
+        default = Config().flat()
+        named = {name for name, value in config.flat().items() if value != default[name]}
+    else:
+        named = set()
+    return named | set(overrides)
 
 
 def fit_budget(config, log=print, stop=None):
@@ -115,15 +136,18 @@ def evaluate(config=None, *, stop=None, log=print, **overrides):
     return evaluation.evaluate(config, log=log, stop=stop)
 
 
-def predict(config=None, *, log=print, **overrides):
+def predict(config=None, *, log=print, given=None, **overrides):
     """Class maps of ``input_path`` (an image or a folder) written to ``output_dir``;
-    returns the paths written.
+    returns the paths written. ``given``: the flag names of the settings the caller gave
+    (the command's flags; default ``given_of``): an exported ``model_path`` is checked
+    against a ``model_dir`` given, even the default ``runs/synthetic``.
 
     Example:
         tfseg.predict(model_dir="runs/try", input_path="photo.png", output_dir="out")
         tfseg.predict(model_dir="runs/try", model_path="runs/try/export/model.tflite",
                       input_path="photo.png", output_dir="out_tflite")
     """
+    given = given_of(config, **overrides) if given is None else given
     config = config_of(config, **overrides)
     from tfseg.evaluation import predict as prediction
 
@@ -131,7 +155,8 @@ def predict(config=None, *, log=print, **overrides):
     if config.run.model_path:  # an exported model: deploy sits above evaluation
         from tfseg.deploy import open_model
         classify = open_model(config.run.model_path)
-    return prediction.predict(config, log=log, classify=classify)
+    return prediction.predict(config, log=log, classify=classify,
+                              model_dir_given="model_dir" in given)
 
 
 def export(config=None, *, log=print, **overrides):

@@ -1,6 +1,7 @@
 """--mode=predict --model_path: an exported file runs with the classes it carries, needs no
---model_dir and writes nothing into the current folder; a --model_dir of other classes is
-refused in one line naming both counts."""
+--model_dir and writes nothing into the current folder nor into the export folder; a
+--model_dir given (even the default's path) of other classes, or whose data set has
+others, is refused in one line naming both counts."""
 
 import json
 import os
@@ -10,12 +11,18 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import tfseg
 from tests.train.conftest import run_main
 from tfseg.config import Config
+from tfseg.errors import InputError
 from tfseg.deploy import read_labels
 from tfseg.runtime import files
 
 CITYSCAPES = 19  # the trained run's classes (read as "cityscapes")
+THREE = dict(class_names=["sky", "road", "car"], palette=[[0, 0, 255], [128, 64, 128],
+                                                          [0, 0, 142]])
+OTHER = ("give the run it was exported from, or no --model_dir: the file carries its "
+         "classes")
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +46,15 @@ def elsewhere(tmp_path, monkeypatch):
     return cwd, image
 
 
+def refused(model, model_dir, image, out):
+    """The one stderr line of a predict of `model` with `model_dir` refused (exit 2)."""
+    proc = run_main("--mode=predict", f"--model_path={model}", f"--model_dir={model_dir}",
+                    f"--input_path={image}", f"--output_dir={out}", check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    return lines[0]
+
+
 def test_every_exported_file_carries_the_runs_classes_and_the_run(trained, exported):
     with open(os.path.join(trained[1], "config.json")) as f:
         saved = json.load(f)
@@ -52,21 +68,22 @@ def test_every_exported_file_carries_the_runs_classes_and_the_run(trained, expor
 
 
 @pytest.mark.parametrize("entry", ["saved_model", "model.tflite"])
-def test_predict_uses_the_files_classes_without_model_dir_and_writes_beside_it(
+def test_predict_uses_the_files_classes_without_model_dir_and_writes_beside_its_folder(
         exported, elsewhere, entry, tmp_path):
     """It named a runs/synthetic that does not exist, wrote the synthetic data set into
-    the current folder, and the predictions under runs/synthetic there."""
+    the current folder, and the predictions under runs/synthetic there. They go beside
+    the model's folder (DIR_predictions/NAME), not into it: it may be an export folder."""
     cwd, image = elsewhere
     model = tmp_path / "copy" / entry
     copy = shutil.copytree if entry == "saved_model" else shutil.copy
     model.parent.mkdir()
     copy(exported / entry, model)
     proc = run_main("--mode=predict", f"--model_path={model}", f"--input_path={image}")
-    assert os.listdir(cwd) == []
-    out = f"{model}_predictions"
+    assert os.listdir(cwd) == [] and os.listdir(model.parent) == [entry]
+    out = tmp_path / "copy_predictions" / entry
     assert sorted(os.listdir(out)) == ["a_label.png", "a_overlay.png"]
     assert f"running {model} with its own {CITYSCAPES} classes (road, sidewalk, " in proc.stdout
-    assert f"no --output_dir: writing beside --model_path, to {out}" in proc.stdout
+    assert f"no --output_dir: writing beside the folder of --model_path, to {out}" in proc.stdout
 
 
 def test_an_empty_model_dir_is_no_source_of_classes(exported, elsewhere, tmp_path):
@@ -80,6 +97,8 @@ def test_an_empty_model_dir_is_no_source_of_classes(exported, elsewhere, tmp_pat
                     f"--output_dir={tmp_path / 'out'}")
     assert os.listdir(cwd) == [] and len(os.listdir(tmp_path / "out")) == 2
     assert f"with its own {CITYSCAPES} classes" in proc.stdout
+    assert (f"the classes of --model_path were not checked against --model_dir: {empty} "
+            f"has no config.json\n") in proc.stdout
 
 
 def test_a_model_dir_of_other_classes_is_refused_naming_both_counts(
@@ -87,21 +106,64 @@ def test_a_model_dir_of_other_classes_is_refused_naming_both_counts(
     cwd, image = elsewhere
     other = tmp_path / "three_classes"
     other.mkdir()
-    files.save_config(Config(), str(other), class_names=["sky", "road", "car"],
-                      palette=[[0, 0, 255], [128, 64, 128], [0, 0, 142]])
+    files.save_config(Config(), str(other), **THREE)
     model = exported / "saved_model"
-    proc = run_main("--mode=predict", f"--model_path={model}", f"--model_dir={other}",
-                    f"--input_path={image}", f"--output_dir={tmp_path / 'out'}", check=False)
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
-    assert lines[0] == (f"tfseg: error: --model_dir: {other} has 3 classes (sky, road, car) "
-                        f"and --model_path {model} {CITYSCAPES} classes (road, sidewalk, "
-                        f"building, ...); give the run it was exported from, or no "
-                        f"--model_dir: the file carries its classes")
+    assert refused(model, other, image, tmp_path / "out") == (
+        f"tfseg: error: --model_dir: {other} has 3 classes (sky, road, car) and --model_path "
+        f"{model} {CITYSCAPES} classes (road, sidewalk, building, ...); {OTHER}")
     assert not (tmp_path / "out").exists() and os.listdir(cwd) == []
     # The run it was exported from agrees: no refusal.
     run_main("--mode=predict", f"--model_path={model}", f"--model_dir={trained[1]}",
              f"--input_path={image}", f"--output_dir={tmp_path / 'out'}")
+
+
+def test_the_defaults_path_given_as_model_dir_is_checked_and_left_out_is_not_read(
+        exported, elsewhere, tmp_path):
+    """--model_dir=runs/synthetic counted as not given (it is the default's value): a run
+    of other classes there was not checked, exit 0. Given, in the command or in Python,
+    it is checked; left out, the runs/synthetic in the current folder is not read."""
+    cwd, image = elsewhere
+    (cwd / "runs" / "synthetic").mkdir(parents=True)
+    files.save_config(Config(), "runs/synthetic", **THREE)
+    model, out = exported / "saved_model", tmp_path / "out"
+    assert refused(model, "runs/synthetic", image, out) == (
+        f"tfseg: error: --model_dir: runs/synthetic has 3 classes (sky, road, car) and "
+        f"--model_path {model} {CITYSCAPES} classes (road, sidewalk, building, ...); {OTHER}")
+    with pytest.raises(InputError, match="^--model_dir: runs/synthetic has 3 classes "):
+        tfseg.predict(model_path=str(model), model_dir="runs/synthetic", input_path=str(image),
+                      output_dir=str(out), log=lambda _: None)
+    assert not out.exists()
+    proc = run_main("--mode=predict", f"--model_path={model}", f"--input_path={image}",
+                    f"--output_dir={out}")
+    assert f"with its own {CITYSCAPES} classes" in proc.stdout and len(os.listdir(out)) == 2
+    assert "not checked" not in proc.stdout
+
+
+def test_a_model_dir_without_recorded_classes_is_checked_by_its_data_set_or_says_not(
+        exported, elsewhere, tmp_path):
+    """A config.json without class_names skipped the check silently. Its data set's class
+    list is compared (VOC's 21: refused); where that cannot be read either (a folder data
+    set no longer on disk), one line says the check could not be made."""
+    cwd, image = elsewhere
+    model, out = exported / "saved_model", tmp_path / "out"
+    voc = tmp_path / "voc_run"
+    voc.mkdir()
+    files.save_config(Config.from_flat(dataset="voc", model_dir=str(voc)), str(voc))
+    assert refused(model, voc, image, out) == (
+        f"tfseg: error: --model_dir: {voc} records no classes; its data set (voc) has 21 "
+        f"classes (background, aeroplane, bicycle, ...) and --model_path {model} {CITYSCAPES} "
+        f"classes (road, sidewalk, building, ...); {OTHER}")
+    assert not out.exists()
+    gone, data = tmp_path / "folder_run", tmp_path / "gone"
+    gone.mkdir()
+    files.save_config(Config.from_flat(dataset="folder", data_dir=str(data)), str(gone))
+    proc = run_main("--mode=predict", f"--model_path={model}", f"--model_dir={gone}",
+                    f"--input_path={image}", f"--output_dir={out}")
+    assert (f"the classes of --model_path were not checked against --model_dir: {gone} "
+            f"records no classes, and those of its data set (folder in {data}) could not "
+            f"be read: class list not found: {data / 'classes.txt'} (one class name per "
+            f"line)\n") in proc.stdout
+    assert len(os.listdir(out)) == 2 and os.listdir(cwd) == [] and not data.exists()
 
 
 def test_a_file_exported_before_labels_takes_the_given_runs_or_is_refused(
@@ -117,23 +179,39 @@ def test_a_file_exported_before_labels_takes_the_given_runs_or_is_refused(
     assert lines[0] == (f"tfseg: error: --model_path: {old} carries no classes (exported "
                         f"before tfseg stored them) and no --model_dir was given; give the "
                         f"run it was exported from as --model_dir, or export it again")
-    assert os.listdir(cwd) == [] and not os.path.exists(f"{old}_predictions")
+    assert os.listdir(cwd) == [] and not os.path.exists(tmp_path / "old_predictions")
     proc = run_main("--mode=predict", f"--model_path={old}", f"--model_dir={trained[1]}",
                     f"--input_path={image}")
     assert f"with the {CITYSCAPES} of {trained[1]}" in proc.stdout
-    assert os.listdir(cwd) == [] and len(os.listdir(f"{old}_predictions")) == 2
+    assert os.listdir(cwd) == []
+    assert len(os.listdir(tmp_path / "old_predictions" / "saved_model")) == 2
 
 
 @pytest.mark.slow  # an export: ~13 s on 2 busy cores
-def test_an_overwriting_export_replaces_the_predictions_beside_its_files(
+def test_an_overwriting_export_keeps_the_predictions_made_of_its_files(
         trained, exported, elsewhere, tmp_path):
-    """FILE_predictions, predict's default folder, belongs to the export: --overwrite
-    takes the folder (it refused one holding "other files than an export's")."""
+    """predict wrote FILE_predictions into the export folder, and --overwrite deleted them
+    with the old export. They go beside the folder now; a folder holding some (an older
+    tfseg's) is refused in one line, nothing deleted."""
     _, image = elsewhere
     folder = tmp_path / "export"
     shutil.copytree(exported, folder)
     run_main("--mode=predict", f"--model_path={folder / 'saved_model'}", f"--input_path={image}")
-    assert (folder / "saved_model_predictions").is_dir()
+    out = tmp_path / "export_predictions" / "saved_model"
+    before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+    assert sorted(before) == ["a_label.png", "a_overlay.png"]
     run_main("--mode=export", f"--model_dir={trained[1]}", f"--export_dir={folder}",
              "--export_format=saved_model", "--overwrite")
     assert os.listdir(folder) == ["saved_model"]
+    assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+    # An older tfseg's predictions inside the folder: kept, and the export refused.
+    shutil.copytree(out, folder / "saved_model_predictions")
+    proc = run_main("--mode=export", f"--model_dir={trained[1]}", f"--export_dir={folder}",
+                    "--export_format=saved_model", "--overwrite", check=False)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert lines[0] == (f"tfseg: error: --export_dir: {folder} holds saved_model_predictions, "
+                        f"predictions of its saved_model, which --overwrite would delete; "
+                        f"move them out of {folder} first")
+    assert sorted(os.listdir(folder)) == ["saved_model", "saved_model_predictions"]
+    assert len(os.listdir(folder / "saved_model_predictions")) == 2

@@ -200,7 +200,8 @@ def _kept_shapes(model, shape):
             for k in kept_tensors(graph, graph.outputs[0], set())]
 
 
-@pytest.mark.parametrize("output_stride,norm", [(16, "batch"), (8, "group")])
+@pytest.mark.parametrize("output_stride,norm", [
+    (16, "batch"), pytest.param(8, "group", marks=pytest.mark.slow)])  # 10-12 s each alone
 def test_the_decoder_keeps_the_maps_before_its_resize_and_concatenation(output_stride, norm):
     """`resized_concat_separable`: the decoder's first separable conv (and its depthwise
     conv inside it) keeps the ASPP output and the low-level projection, not their

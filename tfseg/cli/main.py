@@ -122,6 +122,7 @@ def main(argv):
         usage_error(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
         config = config_from_flags()
+        modes.GIVEN = frozenset(name for name in flag_table() if FLAGS[name].present)
         if config.run.mode not in modes.STOPPABLE:
             modes.exit_if_stopped(finished=False)  # a signal during start-up
             modes.STOP.__exit__()  # Python's default handling from here on

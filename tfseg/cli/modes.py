@@ -27,6 +27,9 @@ STOPPABLE = ("train_and_eval", "train", "eval", "report")
 # The modes that run without TensorFlow (the command imports it for the others).
 NO_TENSORFLOW = ("validate", "recipes")
 MODES = {}
+# The settings (flag names) the command's flags or flagfile gave, which main sets; None:
+# not known (a mode called from Python), then those that differ from the defaults.
+GIVEN = None
 
 
 def _print(message):
@@ -90,7 +93,8 @@ def run_eval(config):
 
 @mode("predict")
 def run_predict(config):
-    api.predict(config, log=_print)
+    # --model_dir=runs/synthetic given is checked against --model_path's classes.
+    api.predict(config, log=_print, given=GIVEN)
 
 
 @mode("export")

@@ -8,6 +8,10 @@ import os
 from tfseg.config.registry import APPLICATIONS, BUILTIN_BACKBONE, DATASETS  # noqa: F401
 from tfseg.errors import InputError
 
+# What a run's config.json holds besides the settings: the class names and palette (predict
+# and export need no data set), the memory plan chosen for --memory_budget_gb and the
+# device trained on with its overhead (``tfseg.runtime.device.Overhead.to_dict``).
+RECORDS = ("class_names", "palette", "memory_plan", "device")
 MODES = ("train_and_eval", "train", "eval", "predict", "export", "report", "convert",
          "validate", "recipes")
 NORMS = ("batch", "sync_batch", "group")

@@ -66,9 +66,12 @@ class Run:
     model_path: str = setting(
         "", "predict: run this exported model (a model.tflite, a model.onnx or a SavedModel "
         "folder) instead of --model_dir's checkpoint, with the class names and colours the "
-        "file carries (a --model_dir given must have the same classes).", path=True)
-    output_dir: str = setting("", "predict: output folder (default: MODEL_DIR/predictions; "
-                              "with --model_path=FILE, FILE_predictions beside it).", path=True)
+        "file carries (a --model_dir given, even the default, must have the same classes).",
+        path=True)
+    output_dir: str = setting(
+        "", "predict: output folder (default: MODEL_DIR/predictions; with --model_path=DIR/NAME, "
+        "DIR_predictions/NAME beside the model's folder, never inside an export folder, "
+        "which export --overwrite replaces).", path=True)
     output_format: str = setting(
         "colour", "predict: colour (NAME_label.png in palette colours and NAME_overlay.png), "
         "train_ids (NAME_label.png, one channel of class ids 0..C-1) or label_ids (NAME.png, "

@@ -21,7 +21,6 @@ from typing import Callable, Optional, Tuple
 
 from tfseg.deploy import labels
 from tfseg.errors import InputError
-from tfseg.evaluation.predict import PREDICTIONS
 
 # What a missing converter's message tells the user to install.
 EXTRA = 'pip install "tfseg[export]"'
@@ -182,7 +181,7 @@ def open_model(path):
 
 
 def all_entries():
-    """Every name an export folder may hold: the formats' entries, and the folders predict
-    writes beside them by default (``ENTRY_predictions``: the old file's, replaced too)."""
-    entries = {entry for exporter in EXPORTERS.values() for entry in exporter.entries}
-    return entries | {entry + PREDICTIONS for entry in entries}
+    """Every name an export folder may hold: the formats' entries. Nothing else: predict's
+    default folder is beside the export folder (``tfseg.evaluation.exported``), and an
+    --overwrite export refuses a folder that holds predictions (it would delete them)."""
+    return {entry for exporter in EXPORTERS.values() for entry in exporter.entries}

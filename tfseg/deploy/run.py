@@ -12,6 +12,7 @@ from tfseg.errors import InputError
 from tfseg.io.outputs import replaced_folder, require_replaceable
 from tfseg.runtime import files
 from tfseg.evaluation.evaluate import eval_data, inference_config
+from tfseg.evaluation.exported import PREDICTIONS
 from tfseg.evaluation.loading import load_model
 from tfseg.deploy import labels
 from tfseg.deploy.registry import EXPORTERS, all_entries
@@ -176,7 +177,8 @@ def export(config, log=print):
 
     The export is built in a folder beside EXPORT_DIR and swapped in whole at the end.
     A non-empty EXPORT_DIR needs ``--overwrite`` (``config.run.overwrite``), and then
-    must hold an export and nothing else.
+    must hold an export and nothing else: never predictions (predict writes them beside
+    it, ``tfseg.evaluation.exported``).
 
     Example::
 
@@ -185,8 +187,9 @@ def export(config, log=print):
     Raises:
       InputError: a format's converter is missing (names the extra) or failed (names
         the format and the op); EXPORT_DIR is a file, is not empty (without
-        --overwrite), holds other files than an export's, or cannot be written; the
-        .tflite's conversion would not fit in memory (``tfseg.deploy.fits``).
+        --overwrite), holds other files than an export's (predictions: named), or cannot
+        be written; the .tflite's conversion would not fit in memory
+        (``tfseg.deploy.fits``).
       KeyboardInterrupt: Ctrl-C while the export was written, with the line saying what
         it interrupted and that EXPORT_DIR is as it was (``interrupted``).
     """
@@ -196,6 +199,12 @@ def export(config, log=print):
         exporter.require()
     export_dir = run.export_dir or os.path.join(run.model_dir, "export")
     entries = all_entries()
+    kept = sorted(name for name in (os.listdir(export_dir) if os.path.isdir(export_dir) else ())
+                  if name.endswith(PREDICTIONS) and name[:-len(PREDICTIONS)] in entries)
+    if kept and run.overwrite:  # (older tfseg's predict wrote them there)
+        raise InputError(f"--export_dir: {export_dir} holds {kept[0]}, predictions of its "
+                         f"{kept[0][:-len(PREDICTIONS)]}, which --overwrite would delete; "
+                         f"move them out of {export_dir} first")
     require_replaceable(export_dir, "--export_dir", run.overwrite, "an export",
                         lambda name: name in entries)
     loaded = load_model(config, stock=True, log=log)

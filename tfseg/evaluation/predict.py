@@ -24,17 +24,15 @@ from tfseg.data import cityscapes
 from tfseg.io.outputs import replaced_folder, require_replaceable
 from tfseg.errors import InputError
 from tfseg.evaluation.evaluate import inference_config
+from tfseg.evaluation.exported import default_output, exported_classes
 from tfseg.evaluation.images import read_rgb
 from tfseg.evaluation.inference import Predictor
 from tfseg.evaluation.legend import with_legend
-from tfseg.evaluation.loading import load_model, recorded_classes
-from tfseg.runtime import files
+from tfseg.evaluation.loading import load_model
 from tfseg.runtime.summaries import colourise
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp")
 OVERLAY_ALPHA = 0.5
-# --model_path=FILE without --output_dir writes into FILE + this, beside the file.
-PREDICTIONS = "_predictions"
 
 
 def list_images(path):
@@ -119,68 +117,32 @@ def _read(path, skip, skipped, log):
         return None
 
 
-def exported_classes(config, own, log=print):
-    """The classes of the exported model ``--model_path``: ``own``, those its file carries
-    (``tfseg.deploy.labels.Labels``, None for a file exported before they were stored),
-    checked against ``--model_dir``'s config.json when one is given (another value than
-    the default), whose classes serve a file without its own. No data set is read.
-
-    Raises:
-      InputError: the run's classes are not the file's (one line naming both counts), or
-        neither the file nor a given run has any.
-    """
-    run = config.run
-    given = run.model_dir != type(run)().model_dir
-    recorded = recorded_classes(files.load_config(run.model_dir)) if given else None
-    if own is not None and recorded is not None and own.class_names != recorded.class_names:
-        raise InputError(f"--model_dir: {run.model_dir} has {_named(recorded)} and --model_path "
-                         f"{run.model_path} {_named(own)}; give the run it was exported "
-                         f"from, or no --model_dir: the file carries its classes")
-    if own is not None:
-        origin = getattr(own, "run", {}).get("checkpoint")
-        log(f"running {run.model_path} with its own {_named(own)}"
-            + (f", exported from {origin}" if origin else ""))
-        return own
-    if recorded is None:
-        raise InputError(f"--model_path: {run.model_path} carries no classes (exported before "
-                         f"tfseg stored them) and " + (
-                             f"{run.model_dir} has no {files.CONFIG_FILE} with them"
-                             if given else "no --model_dir was given")
-                         + "; give the run it was exported from as --model_dir, or export "
-                           "it again")
-    log(f"running {run.model_path}, which carries no classes (exported before tfseg stored "
-        f"them), with the {recorded.num_classes} of {run.model_dir}")
-    return recorded
-
-
-def _named(classes):
-    """"3 classes (sky, road, car, ...)"."""
-    names = ", ".join(classes.class_names[:3]) + (", ..." if classes.num_classes > 3 else "")
-    return f"{classes.num_classes} classes ({names})"
-
-
 def output_dir(run, log=print):
-    """``--output_dir``; by default MODEL_DIR/predictions, and for ``--model_path=FILE``
-    FILE_predictions beside the file (nothing in the current folder)."""
+    """``--output_dir``; by default MODEL_DIR/predictions, and for ``--model_path=DIR/NAME``
+    DIR_predictions/NAME, beside the model's folder (``exported.default_output``: never
+    in an export folder, which an --overwrite export replaces; nothing in the current
+    folder)."""
     if run.output_dir:
         return run.output_dir
     if not run.model_path:
         return os.path.join(run.model_dir, "predictions")
-    out_dir = os.path.normpath(run.model_path) + PREDICTIONS
-    log(f"no --output_dir: writing beside --model_path, to {out_dir}")
+    out_dir = default_output(run.model_path)
+    log(f"no --output_dir: writing beside the folder of --model_path, to {out_dir}")
     return out_dir
 
 
-def predict(config, log=print, classify=None):
+def predict(config, log=print, classify=None, model_dir_given=None):
     """Writes the label PNGs of ``config.run.output_format`` (see the module) per input image.
 
     ``classify``, when given, runs instead of the checkpoint in ``--model_dir``:
     ``classify(uint8 [1, H, W, 3]) -> int32 class ids [1, H, W]``, an exported model
     (``tfseg.deploy.open_model`` of ``--model_path``), whose ``labels`` are the classes
-    its file carries (``exported_classes``: no ``--model_dir`` needed).
+    its file carries (``exported.exported_classes``: no ``--model_dir`` needed; one
+    given, ``model_dir_given``, must have the same classes).
 
     Returns the list of written paths. Output goes to ``output_dir(config.run)``
-    (default ``MODEL_DIR/predictions``; with ``--model_path=FILE``, FILE_predictions):
+    (default ``MODEL_DIR/predictions``; with ``--model_path=DIR/NAME``,
+    DIR_predictions/NAME):
     built in a folder beside it and swapped in whole at the end. A non-empty output
     folder needs ``--overwrite`` (``config.run.overwrite``), and then must hold PNG
     files and nothing else.
@@ -198,7 +160,8 @@ def predict(config, log=print, classify=None):
         raise InputError("--input_path: required for --mode=predict (an image or a folder)")
     paths = list_images(run.input_path)
     if classify is not None:
-        classes = exported_classes(config, getattr(classify, "labels", None), log)
+        classes = exported_classes(config, getattr(classify, "labels", None),
+                                   model_dir_given, log)
     out_dir = output_dir(run, log)
     require_replaceable(out_dir, "--output_dir", run.overwrite, "a predict batch (PNG files)",
                         lambda name: name.lower().endswith(".png")

@@ -8,14 +8,11 @@ import re
 import tensorflow as tf
 
 from tfseg.config import Config
+from tfseg.config.names import RECORDS  # noqa: F401 (read as files.RECORDS)
 from tfseg.io.outputs import replaced_file
 from tfseg.errors import InputError
 
 CONFIG_FILE = "config.json"
-# What config.json holds besides the settings: the class names and palette (predict and
-# export need no data set), the memory plan chosen for --memory_budget_gb and the device
-# trained on with its overhead (``tfseg.runtime.device.Overhead.to_dict``).
-RECORDS = ("class_names", "palette", "memory_plan", "device")
 
 
 _NUMBERED = re.compile(r"^ckpt-(\d+)\.index$")  # CheckpointManager's default name
