@@ -48,10 +48,12 @@ def test_a_budget_between_two_plans_picks_the_faster_that_fits_and_its_step_stay
     assert choice.line().startswith("memory plan: memory saving: predicted ")
 
     # Below the smallest plan (estimated right after stock): one line with its need and
-    # what would fit instead.
+    # what would fit instead, or that nothing would (at these tiny shapes a recompute
+    # segment's second run can cost more than it keeps: the stem's does).
     with pytest.raises(InputError, match=r"no plan fits .* the smallest, memory saving \+ "
                                          r"recompute .* needs .* at batch 3 and 97x129; "
-                                         r"(batch [12]|batch 1 with a \d+x\d+ crop) would fit"):
+                                         r"((batch [12]|batch 1 with a \d+x\d+ crop) would fit|"
+                                         r"not even batch 1 with the smallest crop would fit)"):
         choose(STEP, _total(saving) // 2, 0, verify=False, log=lines.append, measure=run)
 
 
