@@ -7,6 +7,7 @@ import tensorflow as tf
 from tfseg.data import IGNORE_LABEL
 from tfseg.layers import LogitsResize, ShardedLogits, resized_cross_entropy
 from tfseg.layers.resize import resize_bilinear
+from tfseg.memory.segments import producer
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
@@ -193,10 +194,10 @@ def _output_node(model):
     ``LogitsResize``, else None."""
     if not isinstance(model, keras.Model) or len(model.outputs or ()) != 1:
         return None
-    history = getattr(model.outputs[0], "_keras_history", None)
-    if history is None or not isinstance(history.operation, LogitsResize):
+    if getattr(model.outputs[0], "_keras_history", None) is None:
         return None
-    return history.operation._inbound_nodes[history.node_index]
+    node = producer(model.outputs[0])
+    return node if isinstance(node.operation, LogitsResize) else None
 
 
 def mean_iou(num_classes, name="mean_iou"):
