@@ -39,11 +39,14 @@ DEFAULT = dict(height=128, width=128, batch=8, width_multiplier=0.25, middle_rep
 
 
 def assert_estimates_agree(variants):
-    """The static estimate is within 15% of the measured peak (the median over
-    fresh processes), for every variant."""
+    """The static estimate is at most 15% under the measured peak (the median over
+    fresh processes) and at most 20% over it, for every variant: under is what would
+    let the budget planner pick a plan that does not fit. The recompute variant's estimate
+    here is 12-15% over on 2 cores: the replay is one typical schedule, and the peak
+    depends on it (replayed on 1 thread instead of 2, the estimate is 18% higher)."""
     for name, v in variants.items():
         ratio = v["static_estimate_bytes"] / v["measured_peak_bytes"]
-        assert 0.85 <= ratio <= 1.15, (name, ratio, v["measured_peak_by_process_bytes"],
+        assert 0.85 <= ratio <= 1.20, (name, ratio, v["measured_peak_by_process_bytes"],
                                        v["static_estimate_bytes"] / MIB)
 
 

@@ -18,7 +18,7 @@ the whole step is replayed as TF's executor runs it:
 - buffers come from `tfseg.profile.allocator.BFCModel`. Like the measurement, it
   runs one warm-up step, then reports the next step's peak over its start.
 
-On this project's 2-core CPU machines it lands within ~15% of the allocator's
+On this project's 2-core CPU machines it lands from 15% under to 20% over the allocator's
 peak on every variant (tests/report). The peak of a real step itself varies from
 run to run by as much where concurrent branches race (the ASPP backward at small
 crops): the estimate is of a typical schedule, not a bound.
