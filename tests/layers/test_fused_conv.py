@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfseg.layers import (ActivationConv2D, ActivationDepthwiseConv2D, ActivationMaxPooling2D,
+from tfseg.layers import (ActivationConv2D, ActivationDepthwiseConv2D,
                           LeanDepthwiseConv2D, ReluConv2D, ReluDepthwiseConv2D)
 from tfseg.layers import dilated, elementwise
 from tests.layers.twins import ReluThenDepthwise, ancestors, compare, training_ops
@@ -273,28 +273,3 @@ def test_a_channel_scale_is_multiplied_in_as_a_multiply_does(act, compiled, floa
     got = step(lambda: twin(x, scale=s), twin)
     for name, a, b in zip(["output", "input", "scale", "kernel"], want, got):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-10, atol=1e-12, err_msg=name)
-
-
-@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf_function"])
-@pytest.mark.parametrize("act, pad, kwargs", [
-    ("relu", ((1, 1), (1, 1)), dict(pool_size=3, strides=2)),  # ResNet's stem
-    ("swish", None, dict(pool_size=2, padding="same"))])
-def test_activation_max_pool_matches_stock(act, pad, kwargs, compiled, float64):
-    """relu -> zero padding -> 3x3 max pool (ResNet's stem) as one twin keeping its
-    input: the output and the input gradient, exact, with ties (many zeros after
-    the ReLU) going where TF's own MaxPoolGrad sends them."""
-    stock_act = keras.activations.get(act)
-
-    class Stock(keras.layers.MaxPooling2D):
-        def call(self, inputs):
-            t = stock_act(inputs)
-            return super().call(t if pad is None else tf.pad(t, [[0, 0], *pad, [0, 0]]))
-
-        def compute_output_shape(self, shape):
-            if pad is not None:
-                shape = (shape[0], shape[1] + sum(pad[0]), shape[2] + sum(pad[1]), shape[3])
-            return super().compute_output_shape(shape)
-
-    compare(Stock(**kwargs), ActivationMaxPooling2D(input_activation=act, input_padding=pad,
-                                                    **kwargs),
-            (2, 13, 11, 4), compiled, dtype="float64", rtol=1e-12, atol=1e-12)

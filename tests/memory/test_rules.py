@@ -47,7 +47,8 @@ BUILT_IN = {
     "recompute_segments": (), "tuned_layers": (),
     "resized_concat_separable": ("lean_upsampling",), "separable": ("fuse_separable",),
     "shared_relus": ("fuse_relu_depthwise", "fuse_relu_conv"), "norms": ("inplace_norm",),
-    "activation_max_pooling": ("fuse_relu_conv",), "layer_norms": ("inplace_norm",),
+    "relu_concat": ("fuse_relu_conv",), "activation_max_pooling": ("fuse_relu_conv",),
+    "layer_norms": ("inplace_norm",),
     "attention": ("lean_attention",), "resized_concat_conv": ("lean_upsampling",),
     "inside_blocks": (), "activation_dense": ("fuse_relu_conv",),
     "upsampled_conv": ("lean_upsampling",), "activation_depthwise": ("fuse_relu_depthwise",),
@@ -185,6 +186,11 @@ def test_a_sequential_is_rewritten_and_a_subclassed_model_refused_in_one_sentenc
 
 def _kept_shapes(model, shape):
     """The shapes of the tensors a traced training step of `model` keeps."""
+    return [kept_shape for _, kept_shape in _kept(model, shape)]
+
+
+def _kept(model, shape):
+    """(op type, shape) of each tensor a traced training step of `model` keeps."""
     import tensorflow as tf
 
     from tfseg.memory.kept import kept_tensors
@@ -196,8 +202,9 @@ def _kept_shapes(model, shape):
         return [loss] + tape.gradient(loss, model.trainable_variables)
 
     graph = step.get_concrete_function(tf.TensorSpec(shape)).graph
-    return [tuple(graph.get_tensor_by_name(k.tensor).shape)
-            for k in kept_tensors(graph, graph.outputs[0], set())]
+    tensors = [graph.get_tensor_by_name(k.tensor)
+               for k in kept_tensors(graph, graph.outputs[0], set())]
+    return [(t.op.type, tuple(t.shape)) for t in tensors]
 
 
 @pytest.mark.parametrize("output_stride,norm", [
@@ -251,3 +258,68 @@ def test_a_resized_concatenation_before_other_separable_convs_is_the_plain_rule(
         out += tape.gradient(loss, xs + model.trainable_variables)
     for a, b in zip(want, got):
         np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-9)
+
+
+def inception_like(head):
+    """Two Inception-style blocks at odd sizes, each a concatenation of conv -> norm ->
+    ReLU branches. The first's is read by the second's 1x1 and 3x3 convs, average
+    pool and max pool; the second's (`head="dense"`, all ReLUs) by a global pool, or
+    (`head="conv"`, with the max pool as a part) by a 1x1 conv."""
+    inputs = keras.Input((13, 11, 3))
+
+    def unit(x, filters, size, name):
+        x = keras.layers.Conv2D(filters, size, padding="same", use_bias=False, name=name)(x)
+        x = keras.layers.BatchNormalization(scale=False, name=f"{name}_bn")(x)
+        return keras.layers.Activation("relu", name=f"{name}_relu")(x)
+
+    pool0 = keras.layers.AveragePooling2D(3, 1, "same", name="pool0")(inputs)
+    x = keras.layers.Concatenate(name="mixed0")(
+        [unit(inputs, 4, 1, "a1"), unit(unit(inputs, 3, 1, "b1"), 5, 3, "b2"),
+         unit(pool0, 2, 1, "c1")])
+    pool1 = keras.layers.AveragePooling2D(3, 1, "same", name="pool1")(x)
+    parts = [unit(x, 4, 1, "d1"), unit(x, 3, 3, "e1"), unit(pool1, 2, 1, "f1")]
+    if head == "dense":
+        x = keras.layers.Concatenate(name="mixed1")(parts)
+        x = keras.layers.GlobalAveragePooling2D(name="gap")(x)
+        return keras.Model(inputs, keras.layers.Dense(3, name="head")(x))
+    parts.append(keras.layers.MaxPooling2D(3, 1, "same", name="max1")(x))
+    x = keras.layers.Concatenate(name="mixed1")(parts)
+    return keras.Model(inputs, keras.layers.Conv2D(3, 1, name="head")(x))
+
+
+@pytest.mark.parametrize("head", ["conv", "dense"])
+def test_inception_blocks_keep_the_relus_inputs_not_their_concatenation(head, float64, tmp_path):
+    """`relu_concat`: the readers of a concatenation of ReLUs (convs, average and max
+    pools) take its parts; the traced step keeps no tensor of its shape (stock keeps
+    the ReLUs' outputs and the concatenation), and the rewrite is exact. A
+    concatenation with another part (a max pool's output), or read by anything else
+    (a global pool), stays as it is."""
+    import tensorflow as tf
+
+    stock = inception_like(head)
+    summary = memory.changes(stock)
+    assert summary.relu_concat == ["mixed0"], str(summary)
+    assert "1 concatenation of ReLUs taken in as parts by the convs and pools reading it" in str(
+        summary)
+    new = memory.rewrite(stock)
+    assert [w.path for w in new.weights] == [w.path for w in stock.weights]
+    shape = (2, 13, 11, 3)
+    joined = (2, 13, 11, 11)  # mixed0 (pool1 and max1 keep outputs of its shape too)
+    concat = [kind for kind, kept in _kept(stock, shape) if kept == joined]
+    assert concat.count("ConcatV2") == 1
+    assert [kind for kind, kept in _kept(new, shape) if kept == joined] == [
+        kind for kind in concat if kind != "ConcatV2"]
+    x = tf.constant(np.random.RandomState(0).randn(*shape))
+    got, want = [], []
+    for model, out in ((stock, want), (new, got)):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = model(x, training=True)
+            loss = tf.reduce_sum(y * tf.cast(tf.range(y.shape[-1]) + 1, y.dtype))
+        out += [y] + tape.gradient(loss, [x] + model.trainable_variables)
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(b, a, rtol=1e-9, atol=1e-10)
+    # Saved and loaded, the twins take their parts as before.
+    new.save(tmp_path / "model.keras")
+    loaded = keras.models.load_model(tmp_path / "model.keras")
+    np.testing.assert_allclose(loaded(x, training=True), got[0], rtol=1e-12, atol=1e-12)

@@ -7,10 +7,10 @@ from tfseg.layers.inplace_norm import GAMMA_EPSILON, inplace_batch_norm, inplace
 from tfseg.layers.norm_layers import InplaceBatchNormalization, InplaceGroupNormalization
 from tfseg.layers.recompute import Recompute
 from tfseg.layers.branches import SerialBranches
-from tfseg.layers.keep_input import lean_conv, lean_max_pool
+from tfseg.layers.keep_input import lean_avg_pool, lean_conv, lean_max_pool
 from tfseg.layers.fused_conv import (ActivationConv2D, ActivationDepthwiseConv2D,
-                                     ActivationMaxPooling2D,
                                      LeanDepthwiseConv2D, ReluConv2D, ReluDepthwiseConv2D)
+from tfseg.layers.fused_pool import ActivationAveragePooling2D, ActivationMaxPooling2D
 from tfseg.layers.layer_norm import (InplaceLayerNormalization, InplaceRMSNormalization,
                                      inplace_layer_norm)
 from tfseg.layers.fused_dense import ActivationDense, ActivationEinsumDense
@@ -22,6 +22,7 @@ from tfseg.layers.concat_conv import ResizedConcatConv2D
 from tfseg.layers.class_shards import ClassShards, ShardedLogits, shard_bounds
 
 __all__ = [
+    "ActivationAveragePooling2D",
     "ActivationConv2D",
     "ActivationDense",
     "ActivationDepthwiseConv2D",
@@ -48,6 +49,7 @@ __all__ = [
     "inplace_group_norm",
     "inplace_layer_norm",
     "lean_attention",
+    "lean_avg_pool",
     "lean_conv",
     "lean_max_pool",
     "resized_cross_entropy",

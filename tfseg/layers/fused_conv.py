@@ -18,7 +18,7 @@ from keras import ops
 
 from tfseg.layers import dilated
 from tfseg.layers.elementwise import TakesActivation
-from tfseg.layers.keep_input import lean_conv, lean_max_pool
+from tfseg.layers.keep_input import joined_shape, lean_conv
 
 
 def _finish(layer, outputs):
@@ -90,21 +90,51 @@ def _channels_last(layer):
         raise ValueError(f"{layer.name}: {type(layer).__name__} needs channels_last")
 
 
-class _TakesInput(TakesActivation):
-    """The conv twins' own arguments: `input_activation` (`TakesActivation`: "relu", a
-    `keras.activations` name, a serialized activation layer or None) and
-    `input_padding` ((top, bottom), (left, right)): the zero padding of a
-    `ZeroPadding2D` in front, folded in so its padded copy is not kept."""
+def _one_shape(shape):
+    """Whether `shape` is one shape, not a list of them."""
+    return not shape or isinstance(shape[0], (int, type(None)))
 
-    def __init__(self, *args, input_activation="relu", input_padding=None, **kwargs):
+
+class TakesInput(TakesActivation):
+    """The conv and pooling twins' own arguments: `input_activation` (`TakesActivation`:
+    "relu", a `keras.activations` name, a serialized activation layer or None),
+    `input_padding` ((top, bottom), (left, right)): the zero padding of a
+    `ZeroPadding2D` in front, folded in so its padded copy is not kept; and
+    `input_parts` (the channels of each part, or None): the twin is called on a list
+    of maps that a `Concatenate` in front joined (Inception's blocks), and keeps those,
+    not the concatenation (`tfseg.layers.keep_input`)."""
+
+    def __init__(self, *args, input_activation="relu", input_padding=None, input_parts=None,
+                 **kwargs):
         super().__init__(*args, input_activation=input_activation, **kwargs)
         _channels_last(self)
         self.input_padding = None if input_padding is None else tuple(map(tuple, input_padding))
+        self.input_parts = None if input_parts is None else [int(c) for c in input_parts]
+        if self.input_parts is not None:
+            self.input_spec = None  # a list of maps, not the one map the stock layer checks
 
     def _pad(self):
         return None if self.input_padding is None else [list(p) for p in self.input_padding]
 
+    def _joined(self, input_shape):
+        """The one shape of the joined parts (Keras asks with the list of the parts'
+        shapes, the stock build again with the joined one)."""
+        if self.input_parts is None or _one_shape(input_shape):
+            return input_shape
+        return joined_shape(input_shape)
+
+    def build(self, input_shape):
+        if self.input_parts is not None and not _one_shape(input_shape):
+            given = [shape[-1] for shape in input_shape]
+            if given != self.input_parts:
+                raise ValueError(f"{self.name}: called on parts of {given} channels; its "
+                                 f"input_parts are {self.input_parts}")
+        super().build(self._joined(input_shape))
+        if self.input_parts is not None:
+            self.input_spec = None
+
     def compute_output_shape(self, input_shape):
+        input_shape = self._joined(input_shape)
         if self.input_padding is not None:
             (t, b), (l, r) = self.input_padding
             n, h, w, c = input_shape
@@ -112,20 +142,26 @@ class _TakesInput(TakesActivation):
         return super().compute_output_shape(input_shape)
 
     def get_config(self):
-        return {**super().get_config(), "input_padding": self.input_padding}
+        return {**super().get_config(), "input_padding": self.input_padding,
+                "input_parts": self.input_parts}
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
-class ActivationDepthwiseConv2D(_TakesInput, keras.layers.DepthwiseConv2D):
+class ActivationDepthwiseConv2D(TakesInput, keras.layers.DepthwiseConv2D):
     """Drop-in twin of an elementwise activation [-> `ZeroPadding2D`] ->
     `keras.layers.DepthwiseConv2D` (ReLU, ReLU6, swish, hard-swish, GELU, ...; see
     `tfseg.layers.elementwise`), in either order.
 
     Same arguments and variables as the depthwise layer it replaces, plus
-    `input_activation` and `input_padding` (see `_TakesInput`). Keeps only its input
+    `input_activation` and `input_padding` (see `TakesInput`). Keeps only its input
     (the activation's), and runs the activation again once the output gradient
     arrives. Shapes: [N, H, W, C] -> [N, H', W', C * depth_multiplier].
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.input_parts is not None:
+            raise ValueError(f"{self.name}: {type(self).__name__} takes one input")
 
     def call(self, inputs):
         return _depthwise(self, inputs, activation=self._input_fn, pad=self._pad())
@@ -154,12 +190,12 @@ class LeanDepthwiseConv2D(keras.layers.DepthwiseConv2D):
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
-class ActivationConv2D(_TakesInput, keras.layers.Conv2D):
+class ActivationConv2D(TakesInput, keras.layers.Conv2D):
     """Drop-in twin of an elementwise activation [-> `ZeroPadding2D`] ->
     `keras.layers.Conv2D` (groups=1) that keeps the activation's input instead of
     its output, and runs the activation again once the output gradient arrives.
     Same arguments and variables as the conv, plus `input_activation` and
-    `input_padding` (see `_TakesInput`). Shapes: [N, H, W, C] -> [N, H', W', filters].
+    `input_padding` (see `TakesInput`). Shapes: [N, H, W, C] -> [N, H', W', filters].
 
     `scale` (a call argument, [N, 1, 1, C]): the conv's input is
     activation(inputs) * scale, the product a `keras.layers.Multiply` makes in
@@ -208,19 +244,3 @@ class ActivationConv2D(_TakesInput, keras.layers.Conv2D):
 @keras.saving.register_keras_serializable(package="tfseg")
 class ReluConv2D(ActivationConv2D):
     """`ActivationConv2D` with a plain ReLU: the twin of `ReLU` -> `Conv2D`."""
-
-
-@keras.saving.register_keras_serializable(package="tfseg")
-class ActivationMaxPooling2D(_TakesInput, keras.layers.MaxPooling2D):
-    """Drop-in twin of an elementwise activation [-> `ZeroPadding2D`] ->
-    `keras.layers.MaxPooling2D` (ResNet's stem: ReLU -> padding -> 3x3 max pool),
-    keeping the activation's input and its own output (which the next layer keeps
-    anyway) instead of the activation's output and its padded copy. Same arguments
-    as the pool, plus `input_activation` and `input_padding` (see `_TakesInput`).
-    Shapes: [N, H, W, C] -> [N, H', W', C].
-    """
-
-    def call(self, inputs):
-        return lean_max_pool(inputs, ksize=[1, *self.pool_size, 1],
-                             strides=[1, *self.strides, 1], padding=self.padding.upper(),
-                             activation=self._input_fn, pad=self._pad(), name=self.name)

@@ -1,7 +1,12 @@
 """Ops that keep only their input, with the activation before them (and a zero
 padding, and a channel scale) taken in and run again in the backward pass:
-`lean_conv` and `lean_max_pool`. The memory-saving twins of `fused_conv` are
-built on them.
+`lean_conv`, `lean_max_pool` and `lean_avg_pool`. The memory-saving twins of
+`fused_conv` are built on them.
+
+Their input may be a list of parts, concatenated on channels before the activation
+(Inception's blocks: each branch's norm -> ReLU, concatenated, read by the next
+block's convs and pools). They then keep the parts, which the norms making them keep
+anyway, and make the concatenation only while they run: never kept, in either pass.
 """
 
 import tensorflow as tf
@@ -10,10 +15,42 @@ from tfseg.layers.dilated import accumulator
 from tfseg.layers.gating import gated
 
 
+def joined(parts):
+    """The concatenation on channels of a list of parts (the one part itself)."""
+    return parts[0] if len(parts) == 1 else tf.concat(parts, -1)
+
+
+def joined_shape(shapes):
+    """The shape of `joined` parts of `shapes` (a list of [N, H, W, C_i])."""
+    shapes = [tuple(s) for s in shapes]
+    channels = [s[-1] for s in shapes]
+    return (*shapes[0][:-1], None if None in channels else sum(channels))
+
+
+def gated_parts(parts, dy):
+    """`parts`, usable only once `dy` exists (`gated`): under XLA, which drops control
+    dependencies, the first carries the data dependency, which holds back their
+    concatenation, and no full-size add is made for the others."""
+    with tf.control_dependencies([dy]):
+        rest = [tf.identity(p) for p in parts[1:]]
+    return [gated(parts[0], dy), *rest]
+
+
+def split(gradient, parts):
+    """`gradient` of `joined(parts)`, as the list of the parts' gradients."""
+    if len(parts) == 1:
+        return [gradient]
+    return tf.split(gradient, [int(p.shape[-1]) for p in parts], axis=-1)
+
+
+def _parts(x):
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
 class _Input:
     """pad(activation(x) [* scale]): made in the forward pass without being kept, and
-    again in the backward pass from x once dy exists; then the gradient back through
-    it. `activation`, `scale`, `pad`: as `lean_conv`'s."""
+    again in the backward pass from x (a list of parts, joined) once dy exists; then
+    the gradient back through it. `activation`, `scale`, `pad`: as `lean_conv`'s."""
 
     def __init__(self, activation, pad, scale=None):
         self.activation = activation
@@ -21,15 +58,19 @@ class _Input:
         self.pad, self.scale = pad, scale
 
     def prepare(self, x):
+        x = joined(_parts(x))
         self.activated = self.act(x) if self.act else x
         t = self.activated * self.scale if self.scale is not None else self.activated
         return tf.pad(t, [[0, 0], *self.pad, [0, 0]]) if self.pad is not None else t
 
     def again(self, x, dy):
-        """The prepared input again, from x gated on dy: without the gate TF runs the
-        activation, and keeps its output, during the forward pass."""
-        self.x = x
-        self.gated = gated(x, dy)
+        """The prepared input again, from x (each part) gated on dy: without the gate TF
+        runs the activation (and the parts' concatenation), and keeps its output,
+        during the forward pass."""
+        if isinstance(x, (list, tuple)):  # their concatenation then waits for dy too
+            self.x = self.gated = joined(gated_parts(x, dy))
+        else:
+            self.x, self.gated = x, gated(x, dy)
         with tf.GradientTape() as self.tape:
             self.tape.watch(self.gated)
             return self.prepare(self.gated)
@@ -76,16 +117,19 @@ def lean_conv(x, kernel, *, conv, input_grad=None, filter_grad=None, activation=
         the layer's), e.g. the layer's name, so memory reports can attribute them.
     """
 
+    parts = _parts(x)
+    n = len(parts)
+
     @tf.custom_gradient
-    def forward(x, kernel, *scale):
-        xs, ks = tf.stop_gradient(x), tf.stop_gradient(kernel)
-        ss = tf.stop_gradient(scale[0]) if scale else None
+    def forward(*args):
+        xs, ks = [tf.stop_gradient(p) for p in args[:n]], tf.stop_gradient(args[n])
+        ss = tf.stop_gradient(args[n + 1]) if len(args) > n + 1 else None
         y = conv(_Input(activation, pad, ss).prepare(xs), ks)
 
         def backward(dy):
             with tf.name_scope(name or "lean_conv"):
                 rebuilt = _Input(activation, pad, ss)
-                prepared = rebuilt.again(xs, dy)
+                prepared = rebuilt.again(xs if n > 1 else xs[0], dy)
                 if input_grad is not None:
                     d_kernel = filter_grad(prepared, tf.shape(ks), dy)
                     # After the filter gradient: act(x) is then free before the input
@@ -99,11 +143,11 @@ def lean_conv(x, kernel, *, conv, input_grad=None, filter_grad=None, activation=
                     d_prepared, d_kernel = tape.gradient(y_again, [prepared, ks],
                                                          output_gradients=dy)
                 dx, d_scale = rebuilt.gradient(d_prepared)
-                return (dx, d_kernel, *d_scale)
+                return (*split(dx, xs), d_kernel, *d_scale)
 
         return y, backward
 
-    return forward(x, kernel, *([] if scale is None else [scale]))
+    return forward(*parts, kernel, *([] if scale is None else [scale]))
 
 
 def lean_max_pool(x, *, ksize, strides, padding, activation=None, pad=None, name=None):
@@ -112,19 +156,54 @@ def lean_max_pool(x, *, ksize, strides, padding, activation=None, pad=None, name
     relu(y) and its padded copy otherwise. `ksize`, `strides`: [1, h, w, 1];
     `padding`: "SAME" or "VALID"; the rest as `lean_conv`'s."""
 
+    parts = _parts(x)
+
     @tf.custom_gradient
-    def forward(x):
-        xs = tf.stop_gradient(x)
+    def forward(*parts):
+        xs = [tf.stop_gradient(p) for p in parts]
         y = tf.nn.max_pool2d(_Input(activation, pad).prepare(xs), ksize, strides, padding)
 
         def backward(dy):
             with tf.name_scope(name or "lean_max_pool"):
                 rebuilt = _Input(activation, pad)
                 d_prepared = tf.raw_ops.MaxPoolGrad(
-                    orig_input=rebuilt.again(xs, dy), orig_output=y, grad=dy, ksize=ksize,
-                    strides=strides, padding=padding)
-                return rebuilt.gradient(d_prepared)[0]
+                    orig_input=rebuilt.again(xs if len(xs) > 1 else xs[0], dy), orig_output=y,
+                    grad=dy, ksize=ksize, strides=strides, padding=padding)
+                return split(rebuilt.gradient(d_prepared)[0], xs)
 
         return y, backward
 
-    return forward(x)
+    return forward(*parts)
+
+
+def lean_avg_pool(x, *, ksize, strides, padding, activation=None, name=None):
+    """avg_pool(activation(x)), keeping only x (a tensor, or a list of parts joined on
+    channels) for the backward pass, and that only for the activation's gradient: an
+    average's own gradient needs no input. `ksize`, `strides`, `padding`: as
+    `lean_max_pool`'s."""
+    parts = _parts(x)
+
+    @tf.custom_gradient
+    def forward(*parts):
+        xs = [tf.stop_gradient(p) for p in parts]
+        prepared = _Input(activation, None).prepare(xs)
+        y = tf.nn.avg_pool2d(prepared, ksize, strides, padding)
+        shape = tf.shape(prepared)
+
+        def backward(dy):
+            with tf.name_scope(name or "lean_avg_pool"):
+                d_prepared = tf.raw_ops.AvgPoolGrad(orig_input_shape=shape, grad=dy,
+                                                    ksize=ksize, strides=strides,
+                                                    padding=padding)
+                if activation is None:
+                    return split(d_prepared, xs)
+                if activation == "relu":  # the mask alone: no activation made again
+                    x = joined(gated_parts(xs, d_prepared))
+                    return split(tf.raw_ops.ReluGrad(gradients=d_prepared, features=x), xs)
+                rebuilt = _Input(activation, None)
+                rebuilt.again(xs if len(xs) > 1 else xs[0], d_prepared)
+                return split(rebuilt.gradient(d_prepared)[0], xs)
+
+        return y, backward
+
+    return forward(*parts)

@@ -4,6 +4,7 @@ activations, shared ReLUs, channel scales; and the lean dilated depthwise conv."
 import keras
 
 from tfseg.layers import (
+    ActivationAveragePooling2D,
     ActivationConv2D,
     ActivationDepthwiseConv2D,
     ActivationMaxPooling2D,
@@ -12,14 +13,18 @@ from tfseg.layers import (
     ReluDepthwiseConv2D,
 )
 from tfseg.layers import elementwise
-from tfseg.memory.matchers import activation_chain, plain_conv, scaled_input, shared_relus
-from tfseg.memory.plans import DROPS, PASSES, Scaled
+from tfseg.memory.matchers import (activation_chain, plain_conv, relu_concat, scaled_input,
+                                   shared_relus)
+from tfseg.memory.plans import DROPS, PASSES, Parts, Scaled
 from tfseg.memory.rules import record, rule
 from tfseg.memory.twins import DENSE_TWINS, tuned
 
 record("fused", lambda pairs: f"fused {len(pairs)} activation+layer pairs")
 record("scaled", lambda pairs: f"folded {len(pairs)} channel scales into convs")
 record("lean", lambda names: f"made {len(names)} dilated depthwise convs lean")
+record("relu_concat", lambda names: (
+    f"{len(names)} concatenation{'s' if len(names) != 1 else ''} of ReLUs taken in as parts "
+    f"by the convs and pools reading {'them' if len(names) != 1 else 'it'}"))
 
 
 def take_activation(finding, node, relu_twin, twin):
@@ -65,6 +70,34 @@ def shared_relu(finding):
         for name, cls in twins.items():
             finding.add("fused", (relu.operation.name, name))
             finding.changes.replacements[name] = (cls, {})
+
+
+# The twins of a concatenation's readers, which take in the ReLUs before it.
+_PARTS_TWINS = {keras.layers.Conv2D: ReluConv2D, keras.layers.MaxPooling2D: ActivationMaxPooling2D,
+                keras.layers.AveragePooling2D: ActivationAveragePooling2D}
+
+
+@rule("relu_concat", order=35, option="fuse_relu_conv")
+def relu_concat_readers(finding):
+    """A `Concatenate` of plain ReLUs read only by convs and pools
+    (`matchers.relu_concat`): each reader takes the ReLUs' inputs, the outputs of the
+    norms before them, which those keep anyway, and joins and activates them itself.
+    Neither the ReLUs' outputs nor the concatenation is kept (stock keeps both)."""
+    for node in finding.open_nodes():
+        found = relu_concat(finding.graph, node, finding.taken)
+        if found is None or any(r.operation.name in finding.replaced for r in found[1]):
+            continue
+        relus, readers = found
+        finding.add("relu_concat", node.operation.name)
+        for relu in relus:
+            finding.act(relu, PASSES)
+        finding.act(node, DROPS)
+        parts = [int(t.shape[-1]) for t in node.input_tensors]
+        for reader in readers:
+            layer = reader.operation
+            finding.replace(layer, _PARTS_TWINS[type(layer)], input_activation="relu",
+                            input_parts=parts)
+            finding.act(reader, Parts(node))
 
 
 @rule("activation_max_pooling", order=40, option="fuse_relu_conv")

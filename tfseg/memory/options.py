@@ -33,8 +33,11 @@ class RewriteOptions:
         `ActivationMaxPooling2D` (ResNet's stem); also a squeeze-and-excitation
         `Multiply([x, s])` -> Conv2D, by `ActivationConv2D(x, scale=s)`, which
         does not keep the product; and -> Dense, by `ActivationDense` (a
-        transformer MLP's GELU output is not kept). Also the Dense pairs and
-        registered twins inside subclassed blocks (`tfseg.memory.blocks`).
+        transformer MLP's GELU output is not kept). Also ReLUs -> Concatenate read
+        only by Conv2D, MaxPooling2D and AveragePooling2D layers (Inception's blocks):
+        each reader takes the ReLUs' inputs as parts (`input_parts`; average pools by
+        `ActivationAveragePooling2D`). Also the Dense pairs and registered twins inside
+        subclassed blocks (`tfseg.memory.blocks`).
       inplace_norm: replace every stock `BatchNormalization`, `GroupNormalization`,
         `LayerNormalization` and `RMSNormalization` by its output-only twin (a layer
         norm whose gamma starts at zero stays stock, and the log says so).

@@ -98,6 +98,17 @@ class ConcatConv:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
+class Parts:
+    """A reader of the `Concatenate` node `concat` whose twin takes the concatenation's
+    parts (`input_parts`) instead of it: the ReLUs before it pass their inputs."""
+
+    concat: object
+
+    def build(self, builder, node, tensors):
+        return builder.twin(node.operation)([tensors[id(t)] for t in self.concat.input_tensors])
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class Rebuilt:
     """A subclassed layer called as a copy of it rebuilt with `twins` inside
     (`tfseg.memory.inside`), or as itself where no copy rebuilds it."""
