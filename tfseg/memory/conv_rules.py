@@ -1,5 +1,6 @@
 """The rules that fold what feeds a conv (or a dense or pooling layer) into its twin:
-activations, shared ReLUs, channel scales; and the lean dilated depthwise conv."""
+activations, shared ReLUs, concatenations of ReLUs, channel scales; and the lean dilated
+depthwise conv."""
 
 import keras
 
@@ -13,10 +14,10 @@ from tfseg.layers import (
     ReluDepthwiseConv2D,
 )
 from tfseg.layers import elementwise
-from tfseg.memory.matchers import (activation_chain, plain_conv, relu_concat, scaled_input,
-                                   shared_relus)
+from tfseg.memory.matchers import activation_chain, plain_conv, scaled_input, shared_relus
 from tfseg.memory.plans import DROPS, PASSES, Parts, Scaled
 from tfseg.memory.rules import record, rule
+from tfseg.memory.segments import producer
 from tfseg.memory.twins import DENSE_TWINS, tuned
 
 record("fused", lambda pairs: f"fused {len(pairs)} activation+layer pairs")
@@ -75,6 +76,35 @@ def shared_relu(finding):
 # The twins of a concatenation's readers, which take in the ReLUs before it.
 _PARTS_TWINS = {keras.layers.Conv2D: ReluConv2D, keras.layers.MaxPooling2D: ActivationMaxPooling2D,
                 keras.layers.AveragePooling2D: ActivationAveragePooling2D}
+_POOLS = (keras.layers.MaxPooling2D, keras.layers.AveragePooling2D)
+
+
+def relu_concat(graph, node, taken):
+    """(the plain ReLU nodes, its readers) where `node` is a channels-last `Concatenate`
+    of plain ReLUs that feed only it, read only by convs (`plain_conv` Conv2D) and max
+    or average pools, none of them taken by another rule; else None. Inception's
+    blocks end so: each branch's norm -> ReLU, concatenated, read by the next block's
+    1x1 convs and pools."""
+    layer = node.operation
+    if (type(layer) is not keras.layers.Concatenate or layer.axis not in (-1, 3)
+            or graph.shared(layer) or id(node) in taken or len(node.outputs) != 1
+            or id(node.outputs[0]) in graph.outputs or len(node.outputs[0].shape) != 4):
+        return None
+    relus = [producer(t) for t in node.input_tensors]
+    if len({id(r) for r in relus}) != len(relus) or any(
+            r.is_input or not elementwise.is_plain_relu(r.operation) or id(r) in taken
+            or graph.shared(r.operation) or graph.only_consumer(r) is not node for r in relus):
+        return None
+    readers = graph.consumers[id(node.outputs[0])]
+    for reader in readers:
+        kind = type(reader.operation)
+        if id(reader) in taken or graph.shared(reader.operation):
+            return None
+        if kind in _POOLS and reader.operation.data_format == "channels_last":
+            continue
+        if plain_conv(graph, reader) is not keras.layers.Conv2D:
+            return None
+    return (relus, readers) if readers else None
 
 
 @rule("relu_concat", order=35, option="fuse_relu_conv")

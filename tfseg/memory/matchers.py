@@ -243,34 +243,3 @@ def plain_conv(graph, node):
         return None
     return kind
 
-
-# The readers of a concatenation of ReLUs that can take the parts in (`relu_concat`).
-_POOLS = (keras.layers.MaxPooling2D, keras.layers.AveragePooling2D)
-
-
-def relu_concat(graph, node, taken):
-    """(the plain ReLU nodes, its readers) where `node` is a channels-last `Concatenate`
-    of plain ReLUs that feed only it, read only by convs (`plain_conv` Conv2D) and max
-    or average pools, none of them taken by another rule; else None. Inception's
-    blocks end so: each branch's norm -> ReLU, concatenated, read by the next block's
-    1x1 convs and pools."""
-    layer = node.operation
-    if (type(layer) is not keras.layers.Concatenate or layer.axis not in (-1, 3)
-            or graph.shared(layer) or id(node) in taken or len(node.outputs) != 1
-            or id(node.outputs[0]) in graph.outputs or len(node.outputs[0].shape) != 4):
-        return None
-    relus = [producer(t) for t in node.input_tensors]
-    if len({id(r) for r in relus}) != len(relus) or any(
-            r.is_input or not elementwise.is_plain_relu(r.operation) or id(r) in taken
-            or graph.shared(r.operation) or graph.only_consumer(r) is not node for r in relus):
-        return None
-    readers = graph.consumers[id(node.outputs[0])]
-    for reader in readers:
-        kind = type(reader.operation)
-        if id(reader) in taken or graph.shared(reader.operation):
-            return None
-        if kind in _POOLS and reader.operation.data_format == "channels_last":
-            continue
-        if plain_conv(graph, reader) is not keras.layers.Conv2D:
-            return None
-    return (relus, readers) if readers else None
