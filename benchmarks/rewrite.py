@@ -141,9 +141,7 @@ def child(name, variant, size, batch):
     peak = device.memory_info()["peak"] - base
     # What the rewrite changes, in the model and in each model nested in it (keras-hub's
     # task models hold their backbone, whose encoder is a model too).
-    nested = [m for m in model._flatten_layers() if memory.as_functional(m) is not None]
-    changes = "; ".join(f"{m.name}: {memory.changes(memory.as_functional(m))}"
-                        for m in nested) if variant == "stock" else None
+    changes = str(memory.changes(model)) if variant == "stock" else None
     print(json.dumps({"model": name, "variant": variant, "peak_over_base_bytes": int(peak),
                       "step_seconds": seconds, "changes": changes}))
 

@@ -98,3 +98,21 @@ def test_anything_else_stays_as_it_is(case):
     new = memory.rewrite(model, **options)
     assert type(new.get_layer("classes")) is not UpsampledConv2D
     assert [t.shape for t in new.outputs] == [t.shape for t in model.outputs]
+
+
+def test_the_summary_names_what_is_changed_in_nested_models():
+    """`changes` of a model holding a nested one (a built `Sequential`, a backbone cut
+    where its upsampling moves out) says what `rewrite` changes inside it too (it said
+    "nothing to change" for the first)."""
+    inner = keras.Sequential([keras.Input((9, 11, 3)), keras.layers.Conv2D(4, 3),
+                              keras.layers.BatchNormalization(), keras.layers.ReLU(),
+                              keras.layers.Conv2D(4, 3)], name="inner")
+    x = keras.Input((9, 11, 3))
+    outer = keras.Model(x, keras.layers.Dense(2)(inner(x)))
+    summary = memory.changes(outer)
+    assert str(summary) == "in inner: fused 1 activation+layer pairs; made 1 norms output-only"
+    assert len(summary.nested["inner"].inplace) == 1 and not summary.inplace
+    # The backbone as rewritten: cut before its upsampling, its ReLU now its output.
+    assert str(memory.changes(task(backbone()))) == (
+        "moved 1 upsamplings after the 1x1 conv that reads them; in backbone: made 1 norms "
+        "output-only")

@@ -1,6 +1,8 @@
 """Where a functional Keras model can use the memory-saving twins: `changes`, which
 runs the rules (`tfseg.memory.rules`) over its graph."""
 
+import keras
+
 from tfseg.memory import block_rules, conv_rules, nested_rules, norm_rules  # noqa: F401
 from tfseg.memory.matchers import Graph, as_functional
 from tfseg.memory.options import of
@@ -27,4 +29,23 @@ def changes(model, options=None, recompute=None):
     for rule in RULES:
         if not rule.options or any(options.on(name) for name in rule.options):
             rule.find(finding)
-    return finding.changes
+    found = finding.changes
+    # The models nested here (a task model's backbone), as `rewrite` rewrites them.
+    for node in finding.graph.nodes:
+        layer = node.operation
+        nested = as_functional(layer) if isinstance(layer, keras.Model) else None
+        if nested is not None and layer.name not in found.nested:
+            found.nested[layer.name] = changes(cut(nested, found.cuts), options)
+    return found
+
+
+def cut(nested, cuts):
+    """`nested` ending or starting where a rule of the model it is in moved its end or
+    start to the layer after or before it (`Changes.cuts`)."""
+    cut_at = cuts.get(nested.name, {})
+    if "end" in cut_at:  # its upsampling goes to the conv after
+        nested = keras.Model(nested.inputs, cut_at["end"], name=nested.name)
+    if "start" in cut_at:  # its first conv takes in the concat
+        outputs = nested.outputs[0] if len(nested.outputs) == 1 else nested.outputs
+        nested = keras.Model(cut_at["start"], outputs, name=nested.name)
+    return nested

@@ -9,7 +9,7 @@ from tfseg.layers import Recompute, SerialBranches
 from tfseg.memory.inside import same_names, same_scope, seed_states
 from tfseg.memory.options import of
 from tfseg.memory.matchers import as_functional
-from tfseg.memory.patterns import Graph, changes
+from tfseg.memory.patterns import Graph, changes, cut
 
 log = logging.getLogger("tfseg.memory")
 
@@ -108,13 +108,8 @@ class _Builder:
     def _nested(self, nested):
         """`nested` rewritten, cut where a rule moved its end or start to the layer after
         or before it (`Changes.cuts`)."""
-        cut = self.summary.cuts.get(nested.name, {})
-        if "end" in cut:  # its upsampling goes to the conv after
-            nested = keras.Model(nested.inputs, cut["end"], name=nested.name)
-        if "start" in cut:  # its first conv takes in the concat
-            outputs = nested.outputs[0] if len(nested.outputs) == 1 else nested.outputs
-            nested = keras.Model(cut["start"], outputs, name=nested.name)
-        return rewrite(nested, self.options, recompute_layer=self.recompute_layer)
+        return rewrite(cut(nested, self.summary.cuts), self.options,
+                       recompute_layer=self.recompute_layer)
 
     def block(self, block, end):
         """The layer that runs `block` (a `plans.Block` ending at the node `end`)."""

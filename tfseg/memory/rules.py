@@ -33,6 +33,7 @@ __all__ = ["Changes", "Finding", "RULES", "record", "rule"]
 RULES = []
 # record name -> (what an empty one is: list or dict, says(items) -> a phrase of the summary)
 RECORDS = {}
+NOTHING = "nothing to change"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,11 +80,13 @@ class Changes:
     what building it takes: `replacements` (layer name -> (twin class, config extras)),
     `actions` (id(node) -> its plan), `blocks` (id(last node) -> `plans.Block`, built
     at the model's level), `inner` (segment name -> its blocks) and `cuts` (nested
-    model name -> {"start"/"end": the tensor its rewrite starts or ends at})."""
+    model name -> {"start"/"end": the tensor its rewrite starts or ends at}); and
+    `nested` (nested model name -> its own `Changes`, which `str()` names too)."""
 
     def __init__(self):
         self.records = {name: kind() for name, (kind, _) in RECORDS.items()}
         self.replacements, self.actions, self.blocks, self.inner, self.cuts = {}, {}, {}, {}, {}
+        self.nested = {}
 
     def __getattr__(self, name):
         records = self.__dict__.get("records", {})
@@ -98,7 +101,9 @@ class Changes:
 
     def __str__(self):
         phrases = [RECORDS[name][1](items) for name, items in self.records.items() if items]
-        return "; ".join(phrases) or "nothing to change"
+        phrases += [f"in {name}: {inner}" for name, inner in self.nested.items()
+                    if str(inner) != NOTHING]
+        return "; ".join(phrases) or NOTHING
 
 
 class Finding:
