@@ -110,7 +110,7 @@ def relu_concat(graph, node, taken):
 @rule("relu_concat", order=35, option="fuse_relu_conv")
 def relu_concat_readers(finding):
     """A `Concatenate` of plain ReLUs read only by convs and pools
-    (`matchers.relu_concat`): each reader takes the ReLUs' inputs, the outputs of the
+    (`relu_concat`): each reader takes the ReLUs' inputs, the outputs of the
     norms before them, which those keep anyway, and joins and activates them itself.
     Neither the ReLUs' outputs nor the concatenation is kept (stock keeps both)."""
     for node in finding.open_nodes():

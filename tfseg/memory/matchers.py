@@ -34,6 +34,12 @@ def as_functional(model):
     return None
 
 
+def nested_model(layer):
+    """`layer` as a functional model the rewrite takes apart (a backbone nested in a task
+    model, a built `Sequential`), or None for any other layer."""
+    return as_functional(layer) if isinstance(layer, keras.Model) else None
+
+
 class Graph:
     """The nodes of a functional model in topological order, and who uses what."""
 

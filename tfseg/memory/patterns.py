@@ -4,7 +4,7 @@ runs the rules (`tfseg.memory.rules`) over its graph."""
 import keras
 
 from tfseg.memory import block_rules, conv_rules, nested_rules, norm_rules  # noqa: F401
-from tfseg.memory.matchers import Graph, as_functional
+from tfseg.memory.matchers import Graph, as_functional, nested_model
 from tfseg.memory.options import of
 from tfseg.memory.rules import RULES, Changes, Finding
 
@@ -32,10 +32,9 @@ def changes(model, options=None, recompute=None):
     found = finding.changes
     # The models nested here (a task model's backbone), as `rewrite` rewrites them.
     for node in finding.graph.nodes:
-        layer = node.operation
-        nested = as_functional(layer) if isinstance(layer, keras.Model) else None
-        if nested is not None and layer.name not in found.nested:
-            found.nested[layer.name] = changes(cut(nested, found.cuts), options)
+        nested = nested_model(node.operation)
+        if nested is not None and node.operation.name not in found.nested:
+            found.nested[node.operation.name] = changes(cut(nested, found.cuts), options)
     return found
 
 

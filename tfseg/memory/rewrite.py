@@ -8,7 +8,7 @@ import keras
 from tfseg.layers import Recompute, SerialBranches
 from tfseg.memory.inside import same_names, same_scope, seed_states
 from tfseg.memory.options import of
-from tfseg.memory.matchers import as_functional
+from tfseg.memory.matchers import as_functional, nested_model
 from tfseg.memory.patterns import Graph, changes, cut
 
 log = logging.getLogger("tfseg.memory")
@@ -87,7 +87,7 @@ class _Builder:
         not) and its variables keep their paths. An operation that is not a layer (`x +
         y` in a functional graph) has nothing to keep."""
         if layer not in self.new_layers:
-            nested = as_functional(layer) if isinstance(layer, keras.Model) else None
+            nested = nested_model(layer)
             if nested is not None:  # a backbone inside a task model: rewritten too
                 self.new_layers[layer] = self._nested(nested)
             elif isinstance(layer, keras.layers.Layer) and layer.name in self.summary.replacements:
