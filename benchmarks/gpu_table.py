@@ -6,7 +6,7 @@ row of each (peak over base, step time; 2-core CPU, oneDNN's allocator). `PADDLE
 PaddlePaddle's published full-resolution figure, on another card.
 
     import gpu_table                                  # from benchmarks/
-    gpu_table.cpu_figure("513x513 b2", "stock")      # '3,563 MiB, 9.76 s (CPU, 2026-11-24)'
+    gpu_table.cpu_figure("513x513 b2", "stock")      # 'PEAK MiB, STEP s (CPU, DATE)'
 """
 
 import os
