@@ -29,6 +29,7 @@ _API = {
     "from_research_deeplab": "tfseg.models",
     "rewrite": "tfseg.memory",
     "RewriteOptions": "tfseg.memory",
+    "paying": "tfseg.memory",
     "train": "tfseg.api",
     "evaluate": "tfseg.api",
     "predict": "tfseg.api",

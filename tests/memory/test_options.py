@@ -19,7 +19,11 @@ TINY = dict(width_multiplier=0.125, middle_repeats=1, input_shape=(65, 97, 3))
 def test_options_are_frozen_and_all_none_replace_name_the_same_fields():
     default = RewriteOptions()
     names = [field.name for field in dataclasses.fields(RewriteOptions)]
+    assert names[-1] == "unpaid" and default.unpaid == ()  # a record, not a switch
+    names = names[:-1]
     assert len(names) == 8 and RewriteOptions.names() == tuple(names)
+    with pytest.raises(ValueError, match="unknown rewrite option"):
+        default.on("unpaid")
     assert RewriteOptions.all() == default and all(getattr(default, n) for n in names)
     assert not any(getattr(RewriteOptions.none(), n) for n in names)
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -114,3 +114,32 @@ def layer_names(model):
     """The names of `model`'s layers, those nested in blocks included."""
     return {inner.name for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)
             for inner in layer._flatten_layers()}
+
+
+def step_kept_bytes(model, inputs):
+    """The bytes of the forward buffers a traced (never run) training step of `model` on
+    `inputs` keeps for its backward pass, the loss the sum of its outputs' squares: the
+    measure `tfseg.memory.paying` weighs each trick by.
+
+    Example:
+
+    >>> model = keras.applications.MobileNetV2(weights=None, input_shape=(32, 32, 3))
+    >>> step_kept_bytes(model, tf.zeros((2, 32, 32, 3))) > 0
+    True
+    """
+    @tf.function
+    def step(inputs):
+        with tf.GradientTape() as tape:
+            outputs = tf.nest.flatten(model(inputs, training=True))
+            loss = tf.add_n([tf.reduce_sum(_wide(o) ** 2) for o in outputs])
+        return loss, tape.gradient(loss, model.trainable_variables)
+
+    graph = step.get_concrete_function(inputs).graph
+    return sum(k.bytes for k in kept_tensors(graph, graph.outputs[0], layer_names(model)))
+
+
+def _wide(tensor):
+    """`tensor` in float32 where it is narrower (a mixed-precision model's output)."""
+    if tensor.dtype.is_floating and tensor.dtype.size >= 4:
+        return tensor
+    return tf.cast(tensor, tf.float32)

@@ -84,11 +84,15 @@ class RewriteOptions:
     fold_residual: bool = True
     lean_attention: bool = True
     lean_upsampling: bool = True
+    # Not a switch: the tricks `tfseg.memory.paying` turned off, each (name, the bytes the
+    # step keeps with it, without it), which the summary names.
+    unpaid: tuple = dataclasses.field(default=(), metadata={"switch": False})
 
     @classmethod
     def names(cls):
-        """The option names, in field order."""
-        return tuple(field.name for field in dataclasses.fields(cls))
+        """The option names (the switches), in field order."""
+        return tuple(field.name for field in dataclasses.fields(cls)
+                     if field.metadata.get("switch", True))
 
     @classmethod
     def all(cls):

@@ -147,3 +147,19 @@ class Finding:
         """Adds `item` to the record `name`, a list (a dict record is written directly:
         `finding.changes.NAME[key] = value`)."""
         self.changes.records[name].append(item)
+
+
+def _unpaid(items):
+    return "kept stock where the twins did not pay (the traced step keeps as much or more " \
+        "with them): " + ", ".join(f"{name} ({with_:,} bytes kept with it, {without:,} without)"
+                                   for name, with_, without in items)
+
+
+record("unpaid", _unpaid)
+
+
+@rule("unpaid", order=1)
+def unpaid(finding):
+    """Names the tricks `tfseg.memory.paying` turned off (`RewriteOptions.unpaid`)."""
+    for item in finding.options.unpaid:
+        finding.add("unpaid", item)

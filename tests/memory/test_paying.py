@@ -1,0 +1,101 @@
+"""tfseg.memory.paying / weigh: each trick is kept only where the traced step keeps less
+with it, so no model the rewrite makes bigger; the summary names what stayed stock."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfseg import memory
+from tfseg.memory import RewriteOptions
+from tfseg.memory.kept import step_kept_bytes
+from tfseg.models import deeplab_v3_plus
+from tests.conftest import TINY
+from tests.memory.test_rewrite import deeplab_images
+
+
+def shared_input(size=(9, 7)):
+    """conv -> x; x feeds a norm -> ReLU and a conv beside it, joined. The conv keeps x
+    anyway, so stock's norm (which keeps its input) adds nothing, while an output-only
+    norm keeps its output, which nothing else keeps: that twin costs a map."""
+    inputs = keras.Input((*size, 3))
+    x = keras.layers.Conv2D(8, 3, padding="same", name="conv0")(inputs)
+    a = keras.layers.ReLU(name="relu")(keras.layers.BatchNormalization(name="bn")(x))
+    b = keras.layers.Conv2D(8, 3, padding="same", name="beside")(x)
+    return keras.Model(inputs, keras.layers.Concatenate(name="join")([a, b]))
+
+
+def chain(size=(9, 7)):
+    """conv -> norm -> ReLU -> conv: every trick there pays (the norm's input is kept by
+    no one else, and the ReLU goes into the conv)."""
+    inputs = keras.Input((*size, 3))
+    x = keras.layers.Conv2D(8, 3, padding="same", name="conv0")(inputs)
+    x = keras.layers.ReLU(name="relu")(keras.layers.BatchNormalization(name="bn")(x))
+    return keras.Model(inputs, keras.layers.Conv2D(4, 3, padding="same", name="conv1")(x))
+
+
+def images(size=(9, 7), batch=2):
+    return tf.constant(np.random.RandomState(0).rand(batch, *size, 3).astype("float32"))
+
+
+def test_a_norm_whose_input_is_kept_anyway_stays_stock_and_the_summary_says_why():
+    model, x = shared_input(), images()
+    stock = step_kept_bytes(model, x)
+    assert step_kept_bytes(memory.rewrite(model), x) > stock  # the default grows it
+    weighed = memory.weigh(model, x)
+    assert not weighed.options.inplace_norm
+    [(name, with_twins, without)] = weighed.options.unpaid
+    assert name == "inplace_norm" and without == stock
+    assert with_twins - stock >= 2 * 9 * 7 * 8 * 4  # the norm's output map, float32
+    assert weighed.kept == weighed.stock == stock
+    new = memory.rewrite(model, memory.paying(model, x))
+    assert step_kept_bytes(new, x) == stock
+    assert {type(layer) for layer in new.layers} == {type(layer) for layer in model.layers}
+    summary = str(memory.changes(model, weighed.options))
+    assert summary.startswith("kept stock where the twins did not pay") and "inplace_norm" in summary
+
+
+def test_where_every_trick_pays_none_is_turned_off():
+    model, x = chain(), images()
+    weighed = memory.weigh(model, x)
+    assert weighed.options == RewriteOptions() and weighed.options.unpaid == ()
+    assert weighed.kept < weighed.stock
+    assert weighed.kept == step_kept_bytes(memory.rewrite(model), x)
+    assert "did not pay" not in str(memory.changes(model, weighed.options))
+
+
+def test_tricks_off_stay_off_and_a_sequential_is_weighed_as_its_graph():
+    """Without the ReLU taken into the conv, the output-only norm keeps its output where
+    stock's keeps its input, the same bytes, and its statistics beside: it costs, so it
+    goes; with the fusion (the conv keeps the norm's output too) it pays."""
+    model = keras.Sequential([keras.Input((9, 7, 3)), keras.layers.Conv2D(8, 3, name="c0"),
+                              keras.layers.BatchNormalization(name="bn"),
+                              keras.layers.ReLU(name="relu"), keras.layers.Conv2D(4, 3, name="c1")])
+    x = images()
+    weighed = memory.weigh(model, x, RewriteOptions(fuse_relu_conv=False))
+    assert not weighed.options.fuse_relu_conv and not weighed.options.inplace_norm
+    assert weighed.options.unpaid == (("inplace_norm", weighed.stock + 8 * 4, weighed.stock),)
+    assert weighed.kept == weighed.stock == step_kept_bytes(model, x)
+    assert memory.weigh(model, x).options == RewriteOptions()
+
+
+@pytest.mark.slow  # nine traced DeepLab steps: ~50 s on 2 cores
+def test_twins_inside_a_recomputed_block_are_kept_though_they_weigh_nothing():
+    """DeepLab's ReLU-depthwise and dilated twins are inside its separable convs'
+    `Recompute` blocks: the outer step keeps the same bytes without them, yet they
+    shrink the blocks' second runs, so they stay on."""
+    model = deeplab_v3_plus(num_classes=3, **TINY)
+    weighed = memory.weigh(model, tf.constant(deeplab_images(), tf.float32))
+    assert weighed.options == RewriteOptions() and weighed.kept < 0.5 * weighed.stock
+
+
+@pytest.mark.slow  # NASNetMobile traced five times: ~40 s on 2 cores
+def test_nasnet_weighed_keeps_less_than_the_default_rewrite_and_stock():
+    """NASNet's cells give each input to several branches, so its output-only norms
+    keep more than they save (3,877,008 bytes kept with them, 3,848,460 without at
+    32x32 b2); weighed, the rewrite keeps 0.95x stock's against the default's 0.96x."""
+    model = keras.applications.NASNetMobile(weights=None, input_shape=(32, 32, 3), classes=5)
+    x = images((32, 32))
+    weighed = memory.weigh(model, x)
+    assert [name for name, _, _ in weighed.options.unpaid] == ["inplace_norm"]
+    assert weighed.kept < step_kept_bytes(memory.rewrite(model), x) < weighed.stock
