@@ -7,7 +7,7 @@ from tfseg import memory
 from tfseg.layers import (InplaceBatchNormalization, Recompute, ReluDepthwiseConv2D,
                           SerialBranches)
 from tfseg.models import deeplab_v3_plus
-from tfseg.memory.kept import kept_tensors, layer_names
+from tfseg.memory.kept import step_kept_bytes
 from tests.conftest import TINY
 from tests.memory.test_rewrite import (assert_matches_step, assert_same_training_step,
                                        deeplab_images, load, stock_step)
@@ -96,16 +96,7 @@ def residual_net(norm):
     return keras.Model(x, keras.layers.Add(name="add2")([z, make_norm("bn2")(b)]))
 
 
-def kept_bytes(model, images):
-    @tf.function
-    def step(images):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(model(images, training=True) ** 2)
-        return loss, tape.gradient(loss, model.trainable_variables)
-
-    graph = step.get_concrete_function(images).graph
-    loss = graph.outputs[0]
-    return sum(k.bytes for k in kept_tensors(graph, loss, layer_names(model)))
+kept_bytes = step_kept_bytes  # the tests' name for it
 
 
 @pytest.mark.parametrize("norm", ["batch", "group"])
