@@ -150,7 +150,7 @@ class Finding:
 
 
 def _unpaid(items):
-    return "kept stock where the twins did not pay (the traced step keeps as much or more " \
+    return "kept stock where the twins did not pay (the traced step keeps more " \
         "with them): " + ", ".join(f"{name} ({with_:,} bytes kept with it, {without:,} without)"
                                    for name, with_, without in items)
 
