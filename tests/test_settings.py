@@ -139,3 +139,28 @@ def test_a_config_of_anything_but_its_sections_is_one_line():
     with pytest.raises(TypeError, match=r"^no setting 'train_step' \(did you mean "
                                         r"train_steps\?\)$"):
         Config.from_flat(train_step=10)
+
+
+def test_the_constructor_takes_settings_by_flag_name_as_from_flat_does():
+    """``tfseg.Config(crop_size=(0, 64))`` was a plain TypeError (the dataclass's
+    ``__init__`` took its sections only) that no check saw; it is ``from_flat``'s
+    InputError naming the flag now, and an accepted value is ``from_flat``'s config."""
+    for flag, given, why in REFUSED:
+        with pytest.raises(InputError) as error:
+            Config(**{flag: given})
+        assert str(error.value) == f"--{flag}: {why}"
+    with pytest.raises(InputError, match=r"^--crop_size: 0x64 does not fit output stride 16"):
+        Config(crop_size=(0, 64))
+    for flag, given, value in ACCEPTED:
+        assert Config(**{flag: given}) == Config.from_flat(**{flag: given})
+    config = Config(crop_size="65,65", train_steps=100, warmup_steps=0)
+    assert config == Config.from_flat(crop_size=(65, 65), train_steps=100, warmup_steps=0)
+    assert hash(config) == hash(Config.from_flat(crop_size=(65, 65), train_steps=100,
+                                                 warmup_steps=0))
+    # Sections and settings together: the settings change the sections given.
+    from tfseg.config import Data
+    assert Config(Data(crop_size=(33, 33)), batch_size=2).data == Data(crop_size=(33, 33),
+                                                                       batch_size=2)
+    with pytest.raises(TypeError, match=r"^no setting 'tran_steps' \(did you mean "
+                                        r"train_steps\?\)$"):
+        Config(tran_steps=10)

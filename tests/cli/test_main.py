@@ -249,3 +249,23 @@ main.run()
                           cwd=ROOT, timeout=120)
     assert proc.returncode == -15 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert [n for n in os.listdir(tmp_path) if n.startswith(".tfseg-staging-")] == []
+
+
+def test_a_non_ascii_path_on_an_ascii_stdout_is_escaped_not_a_crash(tmp_path):
+    """With an ASCII stdout (``PYTHONIOENCODING=ascii``, a C locale), a line naming a path
+    such as ``ünï 数据`` raised UnicodeEncodeError, exit 1 (a real process: the command's
+    entry sets its streams up). The character is escaped (``\\xfc``), the run goes on."""
+    from tfseg.data import write_synthetic_cityscapes
+
+    data = write_synthetic_cityscapes(str(tmp_path / "data"), num_train=2, num_val=1,
+                                      height=32, width=48)
+    out = tmp_path / "ünï 数据"
+    proc = subprocess.run([sys.executable, cli.MAIN, "--mode=convert", "--dataset=cityscapes",
+                           f"--data_dir={data}", f"--tfrecord_dir={out}"],
+                          capture_output=True, timeout=180, cwd=ROOT,
+                          env=dict(cli.main_env(), PYTHONIOENCODING="ascii"))
+    stdout, stderr = proc.stdout.decode("ascii"), proc.stderr.decode("ascii")
+    assert proc.returncode == 0 and "Traceback" not in stderr, stderr[-2000:]
+    escaped = str(out).encode("ascii", "backslashreplace").decode("ascii")
+    assert f"val: 1 pairs -> 1 shards in {escaped} " in stdout, stdout
+    assert {"train.json", "val.json"} <= set(os.listdir(out))

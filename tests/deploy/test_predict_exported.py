@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 import tfseg
+from tests.extras import needs
 from tests.train.conftest import run_main
 from tfseg.config import Config
 from tfseg.errors import InputError
@@ -215,3 +216,91 @@ def test_an_overwriting_export_keeps_the_predictions_made_of_its_files(
                         f"move them out of {folder} first")
     assert sorted(os.listdir(folder)) == ["saved_model", "saved_model_predictions"]
     assert len(os.listdir(folder / "saved_model_predictions")) == 2
+
+
+def _foreign(kind, folder):
+    """A model tfseg did not export, of format ``kind``: float32 ``x`` [1,H,W,3] in, float32
+    ``y`` out (the .tflite at 8x8)."""
+    import tensorflow as tf
+
+    folder.mkdir()
+    if kind == "onnx":
+        import onnx
+        from onnx import TensorProto, helper
+
+        def value(name):
+            return helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, None, None, 3])
+        graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "foreign",
+                                  [value("x")], [value("y")])
+        proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+        proto.ir_version = 8
+        onnx.save(proto, str(folder / "foreign.onnx"))
+        return folder / "foreign.onnx"
+    shape = [1, 8, 8, 3] if kind == "tflite" else [1, None, None, 3]
+    module = tf.Module()
+    module.serve = tf.function(lambda x: {"y": tf.reduce_mean(x, -1)},
+                               input_signature=[tf.TensorSpec(shape, tf.float32, name="x")])
+    if kind == "tflite":
+        converter = tf.lite.TFLiteConverter.from_concrete_functions(
+            [module.serve.get_concrete_function()], module)
+        (folder / "foreign.tflite").write_bytes(converter.convert())
+        return folder / "foreign.tflite"
+    tf.saved_model.save(module, str(folder / "sm"), signatures={"serving_default": module.serve})
+    return folder / "sm"
+
+
+@pytest.mark.parametrize("kind", ["saved_model", "tflite", pytest.param("onnx", marks=needs(
+    "export", "onnx", "onnxruntime").marks)])
+def test_a_model_tfseg_did_not_export_is_one_line_before_any_image(elsewhere, tmp_path, kind):
+    """Its input is x, float32, not tfseg's uint8 image: with a --model_dir to take the
+    classes from, the SavedModel failed at the first image with a 179-line TypeError, the
+    .onnx with onnxruntime's ValueError (exit 1; tfseg.predict raised it), the .tflite
+    with a KeyError's 'image'. Refused when opened, naming the file and what tfseg's
+    exports take and give."""
+    cwd, image = elsewhere
+    model, run3, out = _foreign(kind, tmp_path / "foreign"), tmp_path / "run3", tmp_path / "out"
+    run3.mkdir()
+    files.save_config(Config(), str(run3), **THREE)
+    line = refused(model, run3, image, out)
+    assert line.startswith(f"tfseg: error: --model_path: {model} is not a model tfseg exported: "
+                           f"it takes x: float32 [1,"), line
+    assert line.endswith("; predict runs tfseg's exports, which take image: uint8 [1,H,W,3] "
+                         "and give classes: int32 [1,H,W] (docs/export.md)"), line
+    with pytest.raises(InputError, match=f"^--model_path: {model} is not a model tfseg "):
+        tfseg.predict(model_path=str(model), model_dir=str(run3), input_path=str(image),
+                      output_dir=str(out), log=lambda _: None)
+    assert not out.exists() and os.listdir(cwd) == []
+
+
+def test_a_file_whose_stored_classes_are_fewer_than_its_outputs_says_to_export_again(
+        elsewhere, tmp_path):
+    """A 3-class model whose stored labels list 1 class: the line told to give the run it
+    was exported from as --model_dir, which was then refused (3 classes against the
+    file's 1: "give the run it was exported from, or no --model_dir"), a loop. The
+    stored classes are named as the fault; the run the file names is said to be it."""
+    import keras
+
+    from tfseg.deploy import EXPORTERS, Request, labels
+
+    cwd, image = elsewhere
+    run3, folder, out = tmp_path / "run3", tmp_path / "export", tmp_path / "out"
+    run3.mkdir()
+    files.save_config(Config(), str(run3), **THREE)
+    ones = keras.Sequential([keras.Input((None, None, 3)), keras.layers.Conv2D(3, 1)])
+    ones.set_weights([np.zeros((1, 1, 3, 3), np.float32), np.array([0, 1, 0], np.float32)])
+    folder.mkdir()
+    EXPORTERS["saved_model"].write(ones, str(folder), Request())
+    labels.write(EXPORTERS["saved_model"], str(folder), labels.Labels(
+        ("sky",), np.array([[0, 0, 255]], np.uint8), run={"model_dir": str(run3)}))
+    model = folder / "saved_model"
+    proc = run_main("--mode=predict", f"--model_path={model}", f"--input_path={image}",
+                    f"--output_dir={out}", check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"tfseg: error: --model_path: {model} gives class 1, beyond the 1 class (sky) its "
+        f"tfseg_labels list: its stored classes do not fit its outputs (damaged, or not this "
+        f"model's); export it again"], proc.stderr[-2000:]
+    assert refused(model, run3, image, out) == (
+        f"tfseg: error: --model_dir: {run3} has 3 classes (sky, road, car) and --model_path "
+        f"{model} 1 class (sky); the file names this run as the one it was exported from: its "
+        f"stored classes or the run's config.json changed since; export it again")
+    assert not out.exists() and os.listdir(cwd) == []

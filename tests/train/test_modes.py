@@ -100,6 +100,93 @@ def test_eval_of_a_missing_data_dir_exits_2_naming_it(trained, tmp_path):
     assert not (tmp_path / "run" / "eval").exists()
 
 
+def _recording(run_dir, **sections):
+    """Rewrites the config.json of the run in ``run_dir`` to record ``sections``' fields
+    ({"data": {"root": ...}, "run": {"model_dir": ...}}); drops the class names where
+    ``classes=False``."""
+    path = os.path.join(run_dir, "config.json")
+    with open(path) as f:
+        saved = json.load(f)
+    if not sections.pop("classes", True):
+        del saved["class_names"], saved["palette"]
+    for section, fields in sections.items():
+        saved[section].update(fields)
+    with open(path, "w") as f:
+        json.dump(saved, f)
+
+
+def test_eval_without_data_dir_reads_the_data_set_the_run_recorded(trained, tmp_path,
+                                                                   monkeypatch):
+    """A run started in A with a relative data folder, evaluated from B without
+    --data_dir: it scores A's data (it took --data_dir's default, data/synthetic: not
+    found, exit 2; for a synthetic run it wrote a new data set into B and scored that).
+    Recorded but gone: one line naming it and --data_dir, nothing written; --data_dir
+    given wins."""
+    data_dir, model_dir = trained
+    started_in, here = tmp_path / "A", tmp_path / "B"
+    shutil.copytree(data_dir, started_in / "data" / "city")
+    run = started_in / "runs" / "try"
+    shutil.copytree(model_dir, run)
+    shutil.rmtree(run / "eval", ignore_errors=True)
+    _recording(run, data={"dataset": "cityscapes", "root": "data/city"},
+               run={"model_dir": "runs/try"})
+    here.mkdir()
+    monkeypatch.chdir(here)
+    run_main("--mode=eval", f"--model_dir={run}")
+    result = json.load(open(run / "eval" / "whole.json"))
+    assert result["images"] == 2 and result["dataset"] == "cityscapes"
+    assert os.listdir(here) == []
+    shutil.rmtree(run / "eval")
+    (started_in / "data").rename(started_in / "moved")
+    proc = run_main("--mode=eval", f"--model_dir={run}", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"tfseg: error: --data_dir: the run's data set (cityscapes) is in "
+        f"{started_in}/data/city, as {run}/config.json records it, which is not a folder "
+        f"here; give --data_dir: the folder of the run's data set"]
+    assert not (run / "eval").exists() and os.listdir(here) == []
+    run_main("--mode=eval", f"--model_dir={run}", f"--data_dir={started_in / 'moved' / 'city'}")
+    assert json.load(open(run / "eval" / "whole.json"))["images"] == 2
+
+
+def test_eval_of_a_synthetic_run_whose_data_is_not_here_writes_no_data_set(
+        trained_copy, tmp_path, monkeypatch):
+    """A synthetic run on the default data/synthetic, started in a folder it does not
+    record (an absolute --model_dir): from another folder, eval wrote a new synthetic
+    data set there and scored the model on it, exit 0."""
+    _, run = trained_copy
+    _recording(run, data={"dataset": "synthetic", "root": "data/synthetic"},
+               run={"model_dir": str(run)})
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    proc = run_main("--mode=eval", f"--model_dir={run}", check=False)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"tfseg: error: --data_dir: the run's data set (synthetic) is in data/synthetic, as "
+        f"{run}/config.json records it, which is not a folder here; give --data_dir: the "
+        f"folder of the run's data set"]
+    assert os.listdir(here) == [] and not (run / "eval" / "whole.json").exists()
+
+
+def test_predict_of_a_run_without_recorded_classes_reads_its_recorded_data_set(
+        trained_copy, tmp_path, monkeypatch):
+    """A config.json without class names (an older run's): predict takes the classes of
+    the data set it records, not of --data_dir's default (data/synthetic: not found,
+    exit 2; a synthetic run's written into the current folder)."""
+    data_dir, run = trained_copy
+    _recording(run, classes=False)
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    image = os.path.join(data_dir, "leftImg8bit", "val", "synth2",
+                         "synth2_000000_000019_leftImg8bit.png")
+    proc = run_main("--mode=predict", f"--model_dir={run}", f"--input_path={image}",
+                    f"--output_dir={tmp_path / 'out'}", "--output_format=label_ids")
+    assert "wrote 1 PNGs for 1 image(s)" in proc.stdout  # label_ids: Cityscapes' 19 classes
+    assert os.listdir(here) == []
+
+
 def _no_data_flags(tmp_path):
     """Flags naming a data set that is not there: predict and export must not need it."""
     return "--dataset=cityscapes", f"--data_dir={tmp_path / 'deleted_data'}"

@@ -161,7 +161,17 @@ def main(argv):
     signal.raise_signal(signal.Signals[name])
 
 
+def safe_output():
+    """stdout and stderr write what their encoding cannot as ``\\xfc``-style escapes: with
+    an ASCII stdout (``PYTHONIOENCODING=ascii``, a C locale), a path or class name such
+    as ``ünï`` in a line raised ``UnicodeEncodeError`` (exit 1) wherever it was printed."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):  # a TextIOWrapper (not a test's StringIO)
+            stream.reconfigure(errors="backslashreplace")
+
+
 def run():
     """The console script's entry point: ``tfseg [flags]``."""
     modes.STOP.__enter__()  # for the whole process: there is nothing to restore at its end
+    safe_output()
     app.run(main, flags_parser=parse_flags)

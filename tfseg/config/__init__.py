@@ -8,7 +8,8 @@ each split's ``DataConfig``. Each field is also a command-line flag: its name
 is the field's, or ``flag=`` where a bare name would be ambiguous (``--eval_mode``),
 and its help, type and list shape are in the field's metadata, so main.py
 generates the flags from here (``flag_table``) and nothing restates them.
-Flag names are unique across sections: ``Config.from_flat`` and ``replace`` take them.
+Flag names are unique across sections: ``Config(...)``, ``Config.from_flat`` and
+``replace`` take them.
 Each setting is parsed one way (``tfseg.config.values``) from a flag's text or a Python
 value (``crop_size="65,65"`` or ``(65, 65)``), so the command and the Python API accept
 and refuse the same settings, in the same words.

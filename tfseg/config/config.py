@@ -30,9 +30,18 @@ def flag_value(value):
     return str(value) if value != "" else "''"
 
 
+# A section not given to ``Config(...)``: its defaults.
+_DEFAULT = object()
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """One run: ``data``, ``model``, ``optim``, ``eval`` and ``run`` sections (see each)."""
+    """One run: ``data``, ``model``, ``optim``, ``eval`` and ``run`` sections (see each).
+
+    ``Config(crop_size=(65, 65), train_steps=100)`` takes settings by flag name too, as
+    ``Config.from_flat`` does: each parsed and checked as its flag is (an ``InputError``
+    naming the flag), a name that is no setting a ``TypeError``.
+    """
 
     data: Data = dataclasses.field(default_factory=Data)
     model: Model = dataclasses.field(default_factory=Model)
@@ -40,13 +49,31 @@ class Config:
     eval: Eval = dataclasses.field(default_factory=Eval)
     run: Run = dataclasses.field(default_factory=Run)
 
-    def __post_init__(self):
+    def __init__(self, data=_DEFAULT, model=_DEFAULT, optim=_DEFAULT, eval=_DEFAULT,
+                 run=_DEFAULT, **settings):
+        # The dataclass's own __init__ (which this replaces: dataclasses keeps a class's
+        # __init__) took the sections only, and a setting by flag name was a TypeError
+        # ("unexpected keyword argument 'crop_size'") that skipped every check.
+        given = dict(data=data, model=model, optim=optim, eval=eval, run=run)
+        for section, cls in SECTIONS.items():
+            value = given[section]
+            object.__setattr__(self, section, cls() if value is _DEFAULT else value)
+        if settings:
+            self._check_sections()
+            for section, value in self._sections(settings).items():
+                object.__setattr__(self, section, value)
+        self.__post_init__()
+
+    def _check_sections(self):
         for section, cls in SECTIONS.items():
             value = getattr(self, section)
             if not isinstance(value, cls):
                 raise InputError(f"Config: {section} must be a tfseg.config.{cls.__name__}, got "
                                  f"{type(value).__name__}; settings by flag name go to "
                                  f"Config.from_flat(...) or config.replace(...)")
+
+    def __post_init__(self):
+        self._check_sections()
         check(all(crop_ok(s, self.model.output_stride) for s in self.data.crop_size),
               "crop_size", f"{'x'.join(map(str, self.data.crop_size))} does not fit output "
               f"stride {self.model.output_stride}: each side must be a multiple of it or one "
@@ -61,6 +88,11 @@ class Config:
 
     def replace(self, **flat):
         """A copy with settings changed, by flag name (``replace(crop_size=(65, 65))``)."""
+        return dataclasses.replace(self, **self._sections(flat))
+
+    def _sections(self, flat):
+        """{section name: the section with the settings of ``flat`` (by flag name)} for
+        each section they change, each section's own checks run."""
         table, changes = flag_table(), {}
         for flag, value in flat.items():
             if flag not in table:
@@ -69,9 +101,8 @@ class Config:
                                 + (f" (did you mean {close[0]}?)" if close else ""))
             section, field = table[flag]
             changes.setdefault(section, {})[field.name] = value
-        return dataclasses.replace(self, **{
-            section: dataclasses.replace(getattr(self, section), **values)
-            for section, values in changes.items()})
+        return {section: dataclasses.replace(getattr(self, section), **values)
+                for section, values in changes.items()}
 
     @classmethod
     def from_flat(cls, **flat):

@@ -17,7 +17,7 @@ import os
 import re
 
 from tfseg.deploy import labels
-from tfseg.deploy.registry import labelled, register, runner
+from tfseg.deploy.registry import labelled, register, require_exported, runner
 from tfseg.deploy.serving import CLASSES, INPUT, converter_failed, serving_function
 
 ONNX_FILE = "model.onnx"
@@ -61,11 +61,24 @@ def write(model, folder, request):
 @runner("onnx", accepts=lambda path: path.endswith(".onnx") and os.path.isfile(path),
         needs=("onnxruntime", "onnx"))
 def open_file(path):
-    """Class ids by onnxruntime on the CPU, at the image's size."""
+    """Class ids by onnxruntime on the CPU, at the image's size; a model tfseg did not
+    export (another input) is refused first (``registry.require_exported``)."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    require_exported(path, _tensors(session.get_inputs()), _tensors(session.get_outputs()))
     return lambda image: session.run([CLASSES], {INPUT: image})[0]
+
+
+def _tensors(args):
+    """{name: (dtype name, shape)} of onnxruntime's ``NodeArg``s ("tensor(float)":
+    float32; a named or unknown side: None)."""
+    def dtype(kind):
+        name = kind.removeprefix("tensor(").removesuffix(")")
+        return {"float": "float32", "double": "float64"}.get(name, name)
+    return {arg.name: (dtype(arg.type), tuple(n if isinstance(n, int) else None
+                                              for n in arg.shape or ()))
+            for arg in args}
 
 
 def write_labels(path, text):

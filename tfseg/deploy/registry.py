@@ -147,6 +147,47 @@ def read_labels(path):
     raise InputError(f"--model_path: {path} is not an exported model")
 
 
+# What every format predict runs takes and gives (tfseg.deploy.serving's INPUT and
+# CLASSES): {name: (dtype, shape)}, None for a side of any size.
+TAKES = {"image": ("uint8", (1, None, None, 3))}
+GIVES = {"classes": ("int32", (1, None, None))}
+
+
+def _spelled(tensors, sides="??"):
+    """"image: uint8 [1,?,?,3]" of {name: (dtype, shape)}, a side of any size (None) named
+    by the next of ``sides`` ("HW": [1,H,W,3])."""
+    def dims(shape):
+        free = iter(sides)
+        return ",".join(next(free, "?") if n is None else str(n) for n in shape)
+    return ", ".join(f"{name}: {dtype} [{dims(shape)}]" for name, (dtype, shape)
+                     in tensors.items()) or "nothing"
+
+
+def require_exported(path, takes, gives):
+    """Refuses, before any image is run, a model that tfseg did not export: one whose
+    inputs ``takes`` are not exactly ``TAKES`` or whose outputs ``gives`` lack ``GIVES``
+    (each {name: (dtype name, shape)}, None for a side of any size; a fixed size fits
+    ``TAKES``' any). A foreign model (its input ``x``, float32) failed at the first image
+    with the runtime's traceback.
+
+    Raises:
+      InputError: one line naming the file, what it takes and gives, and what tfseg's
+        exports do.
+    """
+    def fits(found, wanted):
+        (dtype, shape), (want_dtype, want_shape) = found, wanted
+        return dtype == want_dtype and len(shape) == len(want_shape) and all(
+            n is None or w is None or n == w for n, w in zip(shape, want_shape))
+
+    if (set(takes) == set(TAKES) and all(fits(takes[n], TAKES[n]) for n in TAKES)
+            and all(n in gives and fits(gives[n], GIVES[n]) for n in GIVES)):
+        return
+    raise InputError(f"--model_path: {path} is not a model tfseg exported: it takes "
+                     f"{_spelled(takes)} and gives {_spelled(gives)}; predict runs tfseg's "
+                     f"exports, which take {_spelled(TAKES, 'HW')} and give "
+                     f"{_spelled(GIVES, 'HW')} (docs/export.md)")
+
+
 def open_model(path):
     """``classify(uint8 [1, H, W, 3]) -> int32 [1, H, W]`` of the exported model at
     ``path``, a ``Labelled``: with the classes the file carries.

@@ -11,6 +11,7 @@ from tfseg.data.footprint import image_size
 from tfseg.errors import InputError
 from tfseg.io.outputs import replaced_folder, require_replaceable
 from tfseg.runtime import files
+from tfseg.runtime.files import recorded_data
 from tfseg.evaluation.evaluate import eval_data, inference_config
 from tfseg.evaluation.exported import PREDICTIONS
 from tfseg.evaluation.loading import load_model
@@ -20,41 +21,10 @@ from tfseg.deploy.serving import Request, resized
 
 
 # The run's data set, as its config.json records it, where the flags leave these settings
-# at their defaults: int8 calibration reads its training images (RECORDED_DATA), and
-# --export_size's default is the size of its evaluation images, else of its crop
-# (RECORDED_SIZES).
-RECORDED_DATA = ("dataset", "data_dir", "train_split")
+# at their defaults (``files.recorded_data``): int8 calibration reads its training images
+# (``files.RECORDED_DATA``), and --export_size's default is the size of its evaluation
+# images, else of its crop (RECORDED_SIZES).
 RECORDED_SIZES = ("dataset", "data_dir", "eval_split", "crop_size")
-
-
-def recorded_data(config, saved, run_dir=None, names=RECORDED_DATA):
-    """``config`` with the data set ``saved`` (the run's config.json dict) records, for each
-    of ``names`` the command leaves at its default: the training images the run
-    read, not ``--data_dir``'s default folder (where the synthetic reader would write a
-    new data set). A relative data folder is taken from the folder the run was trained
-    in, where ``run_dir`` (the run's folder now) ends with the ``model_dir`` it records
-    (``runs/synthetic`` and ``data/synthetic`` of a run started in /home/me: the data in
-    /home/me/data/synthetic, whatever the current folder)."""
-    if not saved:
-        return config
-    settings, current, default = config.settings_of(saved), config.flat(), type(config)().flat()
-    changes = {name: settings[name] for name in names
-               if name in settings and current[name] == default[name]}
-    root, trained_in = changes.get("data_dir"), _trained_in(settings.get("model_dir"), run_dir)
-    if root and not os.path.isabs(root) and trained_in:
-        changes["data_dir"] = os.path.join(trained_in, root)
-    return config.replace(**changes)
-
-
-def _trained_in(model_dir, run_dir):
-    """The folder a run was started in: ``run_dir`` less the relative ``model_dir`` the run
-    records, where it ends with it; else None."""
-    if not model_dir or os.path.isabs(model_dir) or not run_dir:
-        return None
-    here, recorded = os.path.abspath(run_dir), os.path.normpath(model_dir)
-    if here.endswith(os.sep + recorded):
-        return here[:-len(os.sep + recorded)] or os.sep
-    return None
 
 
 def calibration_data(config, saved, run_dir=None):

@@ -6,8 +6,9 @@ import os
 import tensorflow as tf
 
 from tfseg.deploy import labels
-from tfseg.deploy.registry import labelled, register, runner
+from tfseg.deploy.registry import labelled, register, require_exported, runner
 from tfseg.deploy.serving import CLASSES, INPUT, serving_function
+from tfseg.errors import InputError
 from tfseg.evaluation.inference import InferenceConfig
 
 SAVED_MODEL = "saved_model"
@@ -39,10 +40,26 @@ def write(model, folder, request):
             f"{request.outputs()})")
 
 
+def _tensors(specs):
+    """{name: (dtype name, shape)} of a signature's ``TensorSpec`` by name (None: any)."""
+    return {name: (spec.dtype.name, tuple(spec.shape.as_list()) if spec.shape.rank is not None
+                   else ()) for name, spec in specs.items()}
+
+
 @runner("saved_model", accepts=lambda path: os.path.isfile(os.path.join(path, "saved_model.pb")))
 def open_folder(path):
-    """Class ids by the folder's ``serving_default`` signature, at the image's size."""
-    served = tf.saved_model.load(path).signatures["serving_default"]
+    """Class ids by the folder's ``serving_default`` signature, at the image's size; a
+    SavedModel tfseg did not export (another signature) is refused first
+    (``registry.require_exported``)."""
+    signatures = tf.saved_model.load(path).signatures
+    if "serving_default" not in signatures:
+        raise InputError(f"--model_path: {path} is not a model tfseg exported: it has no "
+                         f"serving_default signature (it has "
+                         f"{', '.join(signatures) or 'none'}) (docs/export.md)")
+    served = signatures["serving_default"]
+    outputs = served.structured_outputs  # a signature takes and gives tensors by name
+    require_exported(path, _tensors(served.structured_input_signature[1]),
+                     _tensors(outputs) if isinstance(outputs, dict) else {})
     return lambda image: served(**{INPUT: tf.constant(image)})[CLASSES].numpy()
 
 

@@ -21,7 +21,7 @@ import tensorflow as tf
 
 from tfseg.deploy import labels
 from tfseg.deploy.fits import INPUT_BYTES_PER_PIXEL, peak_live_bytes, require_fits
-from tfseg.deploy.registry import labelled, register, runner
+from tfseg.deploy.registry import labelled, register, require_exported, runner
 from tfseg.deploy.serving import (CLASSES, INPUT, converter_failed, frozen_function, resized,
                                   serving_function)
 from tfseg.errors import InputError
@@ -117,13 +117,43 @@ def check(path):
         raise refuse("no signature: not a tfseg export")
 
 
+def _tensors(details):
+    """{name: (dtype name, shape)} of a signature runner's input or output details (a side
+    of any size, -1 in the file: None)."""
+    return {name: (np.dtype(d["dtype"]).name, tuple(None if n < 0 else int(n)
+                                                  for n in d["shape_signature"]))
+            for name, d in details.items()}
+
+
+def runs(path, signature):
+    """Runs ``signature`` (a signature runner of the file at ``path``) once on a zero image
+    of its input's size, before any real image: a file that is whole but damaged inside
+    (an operator naming a tensor that does not exist) passed `check` and raised
+    ``RuntimeError: Invalid tensor index ...`` at the first image, with its traceback.
+
+    Raises:
+      InputError: one line naming the file and the runtime's error.
+    """
+    shape = signature.get_input_details()[INPUT]["shape"]
+    try:
+        signature(**{INPUT: np.zeros(shape, np.uint8)})
+    except Exception as error:  # the interpreter's RuntimeError, ValueError
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise InputError(f"--model_path: {path} is a damaged .tflite file (it does not run "
+                         f"on a zero image: {first[:200]}); export it again") from None
+
+
 @runner("tflite", accepts=lambda path: path.endswith(".tflite") and os.path.isfile(path))
 def open_file(path):
     """Class ids at the image's size: resized to the file's input size (bilinear), run,
     and the class map resized back (nearest), as docs/export.md tells a client to. The
-    file is checked first (`check`)."""
+    file is checked first (`check`), then its signature (``registry.require_exported``),
+    then run once on a zero image (`runs`)."""
     check(path)
     signature = tf.lite.Interpreter(model_path=path).get_signature_runner()
+    require_exported(path, _tensors(signature.get_input_details()),
+                     _tensors(signature.get_output_details()))
+    runs(path, signature)
     size = tuple(int(n) for n in signature.get_input_details()[INPUT]["shape"][1:3])
 
     def classify(image):

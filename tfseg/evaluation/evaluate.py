@@ -12,11 +12,11 @@ import tensorflow as tf
 from tfseg import data as data_lib
 from tfseg.errors import InputError
 from tfseg.evaluation.inference import InferenceConfig, Predictor
-from tfseg.evaluation.loading import load_model
+from tfseg.evaluation.loading import load_model, recorded_eval_data
 from tfseg.evaluation.metrics import SegmentationMetrics
 from tfseg.evaluation.results import (CONFUSION_SUFFIX, result_name, settings, write,
                                       write_scalars)
-from tfseg.runtime import builders
+from tfseg.runtime import builders, files
 
 EVAL_SUBDIR = "eval"
 
@@ -89,6 +89,11 @@ def evaluate(config, log=print, stop=None):
     metrics of part of the split would pass for the whole's.
     """
     model, classes, path, config, step = load_model(config, log=log)
+    if config.run.checkpoint:  # a trained run's checkpoint (not --init_checkpoint's weights)
+        # The data set its config.json records, where no flag names another: not
+        # --data_dir's default folder, where the synthetic reader would write a new one.
+        run_dir = os.path.dirname(path) or "."
+        config = recorded_eval_data(config, files.load_config(run_dir), run_dir)
     predictor = Predictor(model, inference_config(config))
     dataset, data_stats = data_lib.build_dataset_with_stats(eval_data(config), training=False)
     metrics, images, seconds = run_metrics(predictor, dataset, classes.class_names, stop)

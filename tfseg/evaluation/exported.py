@@ -55,9 +55,25 @@ def run_classes(saved):
 
 
 def named(classes):
-    """"3 classes (sky, road, car, ...)"."""
+    """"3 classes (sky, road, car, ...)", "1 class (sky)"."""
     names = ", ".join(classes.class_names[:3]) + (", ..." if classes.num_classes > 3 else "")
-    return f"{classes.num_classes} classes ({names})"
+    return f"{classes.num_classes} class{'es' if classes.num_classes != 1 else ''} ({names})"
+
+
+def beyond(config, found, classes, own):
+    """The one-line InputError of an exported model that gives class ``found``, beyond its
+    ``classes``: the file's own (``own``), which are then damaged or not the file's (the
+    run it came from cannot stand in for them: a --model_dir of other classes is
+    refused), else those of --model_dir."""
+    path = config.run.model_path
+    if own:
+        return InputError(f"--model_path: {path} gives class {found}, beyond the "
+                          f"{named(classes)} its tfseg_labels list: its stored classes do "
+                          f"not fit its outputs (damaged, or not this model's); export it "
+                          f"again")
+    return InputError(f"--model_path: {path} gives class {found}, beyond the {named(classes)} "
+                      f"of --model_dir {config.run.model_dir}; give the run it was exported "
+                      f"from as --model_dir, or export it again")
 
 
 def exported_classes(config, own, model_dir_given=None, log=print):
@@ -79,10 +95,15 @@ def exported_classes(config, own, model_dir_given=None, log=print):
                      else (None, None))
     if own is not None:
         if theirs is not None and tuple(own.class_names) != tuple(theirs.class_names):
+            origin = getattr(own, "run", {}).get("model_dir")
+            way = ("give the run it was exported from, or no --model_dir: the file carries "
+                   "its classes")
+            if origin and os.path.abspath(run.model_dir) == origin:  # the one it names
+                way = ("the file names this run as the one it was exported from: its "
+                       "stored classes or the run's config.json changed since; export it "
+                       "again")
             raise InputError(f"--model_dir: {run.model_dir} {whose} {named(theirs)} and "
-                             f"--model_path {run.model_path} {named(own)}; give the run it "
-                             f"was exported from, or no --model_dir: the file carries its "
-                             f"classes")
+                             f"--model_path {run.model_path} {named(own)}; {way}")
         if model_dir_given and theirs is None:
             log(f"the classes of --model_path were not checked against --model_dir: "
                 f"{run.model_dir} {whose}")

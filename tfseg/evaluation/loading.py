@@ -61,20 +61,48 @@ def recorded_classes(saved):
     return None
 
 
-def classes(config, saved):
-    """The trained model's ``Classes``: from its config.json, else (runs saved before
-    it held them) from the data set, which must then be on disk."""
+# The settings of the run's data set that eval takes from its config.json where the flags
+# leave them at their defaults (``files.recorded_data``): the data set it scores.
+RECORDED_EVAL = ("dataset", "data_dir", "eval_split")
+
+
+def recorded_eval_data(config, saved, run_dir):
+    """``config`` with the evaluation data set that ``saved``, the config.json of the run
+    in ``run_dir``, records, where no flag names another (``files.recorded_data``: a
+    relative folder taken from where the run was started), not the folder of
+    ``--data_dir``'s default, where the synthetic reader would write a new data set.
+
+    Raises:
+      InputError: the recorded data folder is not there (one line naming it, the file
+        and --data_dir); nothing is read or written.
+    """
+    data = files.recorded_data(config, saved, run_dir, RECORDED_EVAL)
+    recorded = (config.data.root == type(config)().data.root
+                and "data_dir" in config.settings_of(saved))
+    if recorded and not os.path.isdir(data.data.root):
+        raise InputError(f"--data_dir: the run's data set ({data.data.dataset}) is in "
+                         f"{data.data.root}, as {os.path.join(run_dir, files.CONFIG_FILE)} "
+                         f"records it, which is not a folder here; give --data_dir: the "
+                         f"folder of the run's data set")
+    return data
+
+
+def classes(config, saved, run_dir="."):
+    """The trained model's ``Classes``: from its config.json (``saved``, in ``run_dir``),
+    else (runs saved before it held them) from the data set it records
+    (``recorded_eval_data``), which must then be on disk."""
     recorded = recorded_classes(saved)
     if recorded is not None:
         return recorded
-    source = builders.source(config, training=False)
+    source = builders.source(recorded_eval_data(config, saved, run_dir), training=False)
     return Classes(tuple(source.class_names), np.asarray(source.palette, np.uint8))
 
 
 def run_classes(config):
     """The ``Classes`` of the run in ``--model_dir`` (its config.json), else of the data
     set, without loading a model."""
-    return classes(config, files.load_config(config.run.model_dir))
+    model_dir = config.run.model_dir
+    return classes(config, files.load_config(model_dir), model_dir)
 
 
 def num_classes(config):
@@ -107,7 +135,7 @@ def load_model(config, stock=False, log=print):
     if stock:
         config = config.replace(memory_saving=False, recompute=())
     builders.set_dtype_policy(config)
-    info = classes(config, saved)
+    info = classes(config, saved, os.path.dirname(config.run.checkpoint) or ".")
     # Inference never needs sync batch norm: it uses the moving statistics.
     norm = "batch" if config.model.norm == "sync_batch" else config.model.norm
     model = builders.model(config, info.num_classes, norm)

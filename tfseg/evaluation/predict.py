@@ -24,7 +24,7 @@ from tfseg.data import cityscapes
 from tfseg.io.outputs import replaced_folder, require_replaceable
 from tfseg.errors import InputError
 from tfseg.evaluation.evaluate import inference_config
-from tfseg.evaluation.exported import default_output, exported_classes
+from tfseg.evaluation.exported import beyond, default_output, exported_classes
 from tfseg.evaluation.images import read_rgb
 from tfseg.evaluation.inference import Predictor
 from tfseg.evaluation.legend import with_legend
@@ -182,10 +182,8 @@ def predict(config, log=print, classify=None, model_dir_given=None):
                 continue
             labels = np.asarray(classify(rgb[np.newaxis]))[0]  # uint8 in: normalised inside
             if labels.max() >= classes.num_classes:
-                raise InputError(f"--model_path: {run.model_path} gives class "
-                                 f"{labels.max()}, beyond the {classes.num_classes} "
-                                 f"classes it runs with; give the run it was exported "
-                                 f"from as --model_dir, or export it again")
+                raise beyond(config, labels.max(), classes,
+                             own=getattr(classify, "labels", None) is not None)
             for target, pixels in zip(outputs, _outputs(run.output_format, rgb, labels,
                                                         classes)):
                 Image.fromarray(pixels).save(os.path.join(new, os.path.basename(target)))

@@ -13,6 +13,9 @@ from tfseg.io.outputs import replaced_file
 from tfseg.errors import InputError
 
 CONFIG_FILE = "config.json"
+# The settings of a run's data set that ``recorded_data`` takes from its config.json by
+# default: its training images (int8 calibration reads them).
+RECORDED_DATA = ("dataset", "data_dir", "train_split")
 
 
 _NUMBERED = re.compile(r"^ckpt-(\d+)\.index$")  # CheckpointManager's default name
@@ -160,3 +163,34 @@ def _check_records(saved, path):
     for record in ("memory_plan", "device"):
         if not isinstance(saved.get(record, {}), dict):
             raise InputError(f"{path}: {record}: must be an object, got {saved[record]!r}")
+
+
+def recorded_data(config, saved, run_dir=None, names=RECORDED_DATA):
+    """``config`` with the data set ``saved`` (the run's config.json dict) records, for each
+    of ``names`` the command leaves at its default: the images the run read, not
+    ``--data_dir``'s default folder (where the synthetic reader would write a new data
+    set). A relative data folder is taken from the folder the run was trained in, where
+    ``run_dir`` (the run's folder now) ends with the ``model_dir`` it records
+    (``runs/synthetic`` and ``data/synthetic`` of a run started in /home/me: the data in
+    /home/me/data/synthetic, whatever the current folder). Export (int8 calibration, the
+    default export size) and eval read the run's data set through it."""
+    if not saved:
+        return config
+    settings, current, default = config.settings_of(saved), config.flat(), type(config)().flat()
+    changes = {name: settings[name] for name in names
+               if name in settings and current[name] == default[name]}
+    root, trained_in = changes.get("data_dir"), _trained_in(settings.get("model_dir"), run_dir)
+    if root and not os.path.isabs(root) and trained_in:
+        changes["data_dir"] = os.path.join(trained_in, root)
+    return config.replace(**changes)
+
+
+def _trained_in(model_dir, run_dir):
+    """The folder a run was started in: ``run_dir`` less the relative ``model_dir`` the run
+    records, where it ends with it; else None."""
+    if not model_dir or os.path.isabs(model_dir) or not run_dir:
+        return None
+    here, recorded = os.path.abspath(run_dir), os.path.normpath(model_dir)
+    if here.endswith(os.sep + recorded):
+        return here[:-len(os.sep + recorded)] or os.sep
+    return None
