@@ -19,8 +19,9 @@ TINY = dict(width_multiplier=0.125, middle_repeats=1, input_shape=(65, 97, 3))
 def test_options_are_frozen_and_all_none_replace_name_the_same_fields():
     default = RewriteOptions()
     names = [field.name for field in dataclasses.fields(RewriteOptions)]
-    assert names[-1] == "unpaid" and default.unpaid == ()  # a record, not a switch
-    names = names[:-1]
+    assert names[-2:] == ["chunked", "unpaid"]  # settings, not switches
+    assert default.chunked == default.unpaid == ()
+    names = names[:-2]
     assert len(names) == 8 and RewriteOptions.names() == tuple(names)
     with pytest.raises(ValueError, match="unknown rewrite option"):
         default.on("unpaid")
@@ -85,3 +86,13 @@ def test_none_changes_nothing_but_the_recompute_segments():
     images = rng.uniform(-1, 1, (1, 65, 97, 3)).astype("float32")
     np.testing.assert_allclose(built(images, training=False), stock(images, training=False),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_chunked_names_separable_convs_by_their_depthwise_and_refuses_other_names():
+    model = deeplab_v3_plus(3, **TINY)
+    options = RewriteOptions(chunked=(("decoder_conv2_depthwise", 3),))
+    assert memory.rewrite(model, options).get_layer("decoder_conv2_depthwise_recompute").chunks == 3
+    assert ("1 of them run their backward passes in chunks of channels (decoder_conv2_depthwise)"
+            in str(memory.changes(model, options)))
+    with pytest.raises(ValueError, match=r"chunked names \['entry_conv1'\], which are not"):
+        memory.rewrite(model, RewriteOptions(chunked=(("entry_conv1", 2),)))

@@ -184,6 +184,19 @@ def test_a_sequential_is_rewritten_and_a_subclassed_model_refused_in_one_sentenc
             function(model)
 
 
+def test_what_is_no_model_or_has_no_graph_yet_is_refused_for_what_it_is():
+    """None, a file name or a bare layer raised AttributeError; an unbuilt Sequential and
+    a layer were called subclassed models."""
+    for value, kind in ((None, "NoneType"), ("model.keras", "str")):
+        with pytest.raises(TypeError, match=f"takes a keras.Model, got {kind}$"):
+            memory.rewrite(value)
+    with pytest.raises(TypeError, match="got Dense dense_x: call it on a keras.Input"):
+        memory.changes(keras.layers.Dense(2, name="dense_x"))
+    unbuilt = keras.Sequential([keras.layers.Dense(2)], name="seq")
+    with pytest.raises(ValueError, match="seq: a Sequential without an input .*keras.Input"):
+        memory.rewrite(unbuilt)
+
+
 def _kept_shapes(model, shape):
     """The shapes of the tensors a traced training step of `model` keeps."""
     return [kept_shape for _, kept_shape in _kept(model, shape)]

@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 from tensorflow.python.eager import record  # stop_recording has no public name
 
+from tfseg.layers.chunked import check_channelwise, chunk_output, joined, ranges
 from tfseg.layers.dilated import accumulator
 from tfseg.layers.gating import gated
 
@@ -35,9 +36,14 @@ class Recompute(keras.layers.Layer):
     output then lives only while the tail's filter gradient is made; the ReLU's
     gradient reads the block's output, so the two are never alive beside the
     incoming gradient of that size at once.
+
+    `chunks` (with a `Conv2D` tail, over a block that works on each channel alone:
+    `tfseg.layers.chunked`): the backward pass runs again and back for a k-th of the
+    block's channels at a time, one chunk after the other, so the block's maps of its
+    output's size live a k-th at a time. The forward pass is the same.
     """
 
-    def __init__(self, block, tail=None, tail_relu=False, **kwargs):
+    def __init__(self, block, tail=None, tail_relu=False, chunks=1, **kwargs):
         super().__init__(**kwargs)
         refuse_dropout(self.name, [block])
         if tail is not None and not (is_linear_conv(tail) or is_linear_depthwise(tail)):
@@ -52,6 +58,11 @@ class Recompute(keras.layers.Layer):
         self.block = block
         self.tail = tail
         self.tail_relu = bool(tail_relu)
+        self.chunks = int(chunks)
+        if self.chunks > 1:
+            if tail is None or not is_linear_conv(tail):
+                raise ValueError(f"{self.name}: chunks needs a linear Conv2D tail")
+            check_channelwise(block)
 
     def _tail(self, y):
         return self.tail(tf.nn.relu(y) if self.tail_relu else y)
@@ -76,6 +87,10 @@ class Recompute(keras.layers.Layer):
                 z = y if tail is None else self._tail(y)
 
             def backward(dz, variables=None):
+                if self.chunks > 1:
+                    with tf.name_scope(self.name):
+                        dxs, grads = self._chunked_backward(xs, dz, list(variables or []))
+                    return (dxs if many else dxs[0]), grads
                 with tf.name_scope(self.name):
                     again = [gated(x, dz) for x in xs]
                     with tf.GradientTape() as tape:
@@ -98,6 +113,39 @@ class Recompute(keras.layers.Layer):
 
         return forward(*inputs) if many else forward(inputs)
 
+    def _chunked_backward(self, xs, dz, variables):
+        """(input gradients, variable gradients) of the block and its tail, a chunk of
+        the block's channels at a time, each chunk waiting for the one before."""
+        pieces = {}  # ("input", i) or variable ref -> [(lo, hi, axis, gradient)]
+        waits = [dz]
+        for lo, hi in ranges(self.block.outputs[0].shape[-1], self.chunks):
+            again = [gated(x, waits) for x in xs]
+            taken = {}
+            with tf.GradientTape() as tape:
+                def inputs(i, a, b):
+                    if (i, a, b) not in taken:
+                        taken[(i, a, b)] = again[i][..., a:b]
+                        tape.watch(taken[(i, a, b)])
+                    return taken[(i, a, b)]
+                y, weights = chunk_output(self.block, inputs, lo, hi, tape.watch)
+            dy, tail_grads = _tail_backward(self.tail, y, dz, self.tail_relu, channels=(lo, hi))
+            keys = list(taken)
+            grads = tape.gradient(y, [taken[k] for k in keys] + [w[4] for w in weights],
+                                  output_gradients=dy)
+            made = [(("input", i), a, b, -1) for i, a, b in keys]
+            made += [(w[0].value.ref(), w[1], w[2], w[3]) for w in weights]
+            kernel = self.tail.kernel.value.ref()
+            made.append((kernel, lo, hi, 2))
+            for (key, a, b, axis), g in zip(made, grads + [tail_grads[kernel]]):
+                if g is not None:
+                    pieces.setdefault(key, []).append((a, b, axis, g))
+            waits = [g for g in grads if g is not None] + list(tail_grads.values())
+        dxs = [joined(pieces.get(("input", i), []), x) for i, x in enumerate(xs)]
+        if self.tail.use_bias:
+            pieces[self.tail.bias.value.ref()] = [(0, None, 0, tf.cast(tf.reduce_sum(
+                tf.cast(dz, accumulator(dz.dtype)), [0, 1, 2]), self.tail.bias.dtype))]
+        return dxs, [joined(pieces.get(v.ref(), []), v) for v in variables]
+
     def compute_output_shape(self, input_shape):
         shape = self.block.compute_output_shape(input_shape)
         return shape if self.tail is None else self.tail.compute_output_shape(shape)
@@ -108,6 +156,7 @@ class Recompute(keras.layers.Layer):
         if self.tail is not None:
             config["tail"] = keras.saving.serialize_keras_object(self.tail)
         config["tail_relu"] = self.tail_relu
+        config["chunks"] = self.chunks
         return config
 
     @classmethod
@@ -146,11 +195,15 @@ def is_linear_depthwise(layer):
     )
 
 
-def _tail_backward(conv, y, dz, relu=False):
+def _tail_backward(conv, y, dz, relu=False, channels=None):
     """(dL/dy, {variable ref: gradient}) of the linear conv z = conv(y), or of z =
-    conv(relu(y)) with `relu`, from its backprop kernels: the conv is not run again."""
+    conv(relu(y)) with `relu`, from its backprop kernels: the conv is not run again.
+    `channels` (lo, hi): y is those input channels of the conv only; the kernel's
+    gradient is then that of those rows, and the bias (the caller's) has none."""
     strides, padding = [1, *conv.strides, 1], conv.padding.upper()
     kernel = tf.cast(conv.kernel.value, dz.dtype)
+    if channels is not None:
+        kernel = kernel[:, :, channels[0]:channels[1], :]
     depthwise = type(conv) is keras.layers.DepthwiseConv2D
     backprop_filter, backprop_input = (
         (tf.raw_ops.DepthwiseConv2dNativeBackpropFilter,
@@ -167,7 +220,7 @@ def _tail_backward(conv, y, dz, relu=False):
         if relu:  # from y, not relu(y): that is gone once dkernel is made
             dy = tf.raw_ops.ReluGrad(gradients=dy, features=y)
     grads = {conv.kernel.value.ref(): tf.cast(dkernel, conv.kernel.dtype)}
-    if conv.use_bias:
+    if conv.use_bias and channels is None:
         # Summed in float32 for half types (TF's CPU kernels sum float16 in float16).
         grads[conv.bias.value.ref()] = tf.cast(
             tf.reduce_sum(tf.cast(dz, accumulator(dz.dtype)), [0, 1, 2]), conv.bias.dtype)

@@ -16,6 +16,17 @@ record("recomputed", lambda names: f"recomputing {len(names)} blocks ({', '.join
 record("separable", lambda pairs: f"fused {len(pairs)} separable convs")
 record("resized_concat", lambda names: f"{len(names)} of them take in the resized "
                                        f"concatenation before them ({', '.join(names)})")
+record("chunked", lambda names: f"{len(names)} of them run their backward passes in chunks "
+                                f"of channels ({', '.join(names)})")
+
+
+def _chunks(finding, depthwise):
+    """The chunks `RewriteOptions.chunked` gives the separable conv of `depthwise` (1:
+    none), recorded."""
+    chunks = dict(finding.options.chunked).get(depthwise.operation.name, 1)
+    if chunks > 1:
+        finding.add("chunked", depthwise.operation.name)
+    return chunks
 
 
 @rule("recompute_segments", order=0)
@@ -64,7 +75,7 @@ def separable(finding):
                   else finding.changes.inner.setdefault(owner, {}))
         blocks[id(node)] = Block(f"{depthwise.operation.name}_recompute", frozenset(inside),
                                  chain[0].input_tensors[0], tail=node,
-                                 tail_relu=relu_last(chain))
+                                 tail_relu=relu_last(chain), chunks=_chunks(finding, depthwise))
     finding.taken |= fused
 
 
@@ -96,7 +107,8 @@ def resized_concat_separable(finding):
         finding.tails.add(id(node))
         name = f"{depthwise.operation.name}_recompute"
         finding.changes.blocks[id(node)] = Block(name, inside, starts, tail=node,
-                                                 tail_relu=relu_last(chain))
+                                                 tail_relu=relu_last(chain),
+                                                 chunks=_chunks(finding, depthwise))
         # Inside it, the depthwise conv keeps the maps too, not the concatenation:
         # its gradients rebuild it, so the block's second run never holds it beside
         # the norm's backward pass.

@@ -40,15 +40,27 @@ def nested_model(layer):
     return as_functional(layer) if isinstance(layer, keras.Model) else None
 
 
+def _refusal(model):
+    """The error for a `model` without a graph of layers: what it is, and the way on."""
+    if not isinstance(model, keras.Model):
+        return TypeError(f"the memory rewrite takes a keras.Model, got {type(model).__name__}"
+                         + ("" if not isinstance(model, keras.layers.Layer) else
+                            f" {model.name}: call it on a keras.Input inside a model"))
+    if isinstance(model, keras.Sequential):
+        return ValueError(f"{model.name}: a Sequential without an input has no graph of layers "
+                          f"yet; start it with keras.Input(shape) or build it, then rewrite")
+    return ValueError(f"{model.name}: a subclassed model has no graph of layers to rewrite; "
+                      f"build it with the functional API (a built Sequential: "
+                      f"tfseg.memory.as_functional), or register its blocks' twins "
+                      f"(tfseg.memory.blocks)")
+
+
 class Graph:
     """The nodes of a functional model in topological order, and who uses what."""
 
     def __init__(self, model):
         if not hasattr(model, "_nodes_by_depth"):
-            raise ValueError(
-                f"{model.name}: a subclassed model has no graph of layers to rewrite; build "
-                f"it with the functional API (a built Sequential: tfseg.memory.as_functional), "
-                f"or register its blocks' twins (tfseg.memory.blocks)")
+            raise _refusal(model)
         self.model = model
         self.nodes = [
             node

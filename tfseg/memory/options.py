@@ -84,8 +84,13 @@ class RewriteOptions:
     fold_residual: bool = True
     lean_attention: bool = True
     lean_upsampling: bool = True
-    # Not a switch: the tricks `tfseg.memory.paying` turned off, each (name, the bytes the
-    # step keeps with it, without it), which the summary names.
+    # Not switches. `chunked`: ((depthwise conv name, k), ...): the fused separable convs
+    # (`fuse_separable`) of these depthwise convs run their backward passes a k-th of
+    # their channels at a time (`Recompute(chunks=k)`): where a backward pass runs while
+    # the most is kept (DeepLab's head), its maps then live a k-th at a time. `unpaid`:
+    # the tricks `tfseg.memory.paying` turned off, each (name, the bytes the step keeps
+    # with it, without it), which the summary names.
+    chunked: tuple = dataclasses.field(default=(), metadata={"switch": False})
     unpaid: tuple = dataclasses.field(default=(), metadata={"switch": False})
 
     @classmethod

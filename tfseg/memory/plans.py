@@ -38,7 +38,7 @@ class Block:
     a recompute segment (`tail` None; with `branches`, a list of the node ids of each
     branch, as `SerialBranches`), or a separable conv whose pointwise conv is the node
     `tail` (`tail_relu`: the last node inside is a plain ReLU, which `Recompute`
-    applies itself)."""
+    applies itself; `chunks`: its backward pass a k-th of its channels at a time)."""
 
     name: str
     inside: frozenset
@@ -46,6 +46,7 @@ class Block:
     tail: object = None
     branches: list = None
     tail_relu: bool = False
+    chunks: int = 1  # `Recompute(chunks=...)`: a tail block's backward pass in chunks
 
     def build(self, builder, node, tensors):
         starts = [tensors[id(t)] for t in self.starts]

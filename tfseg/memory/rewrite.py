@@ -50,6 +50,10 @@ def rewrite(model, options=None, *, recompute=None, recompute_layer=Recompute):
     options = of(options)
     model = as_functional(model) or model  # a subclassed one: Graph refuses it
     summary = changes(model, options, recompute)
+    missing = {name for name, _ in options.chunked} - _chunked(summary)
+    if missing:
+        raise ValueError(f"{model.name}: RewriteOptions.chunked names {sorted(missing)}, which "
+                         f"are not the depthwise convs of fused separable convs here")
     builder = _Builder(Graph(model), summary, options, recompute_layer)
     inputs = [keras.Input(batch_shape=t.shape, dtype=t.dtype, name=t.name) for t in model.inputs]
     tensors = builder.run(builder.graph.nodes, dict(zip(map(id, model.inputs), inputs)),
@@ -108,7 +112,10 @@ class _Builder:
     def _nested(self, nested):
         """`nested` rewritten, cut where a rule moved its end or start to the layer after
         or before it (`Changes.cuts`)."""
-        return rewrite(cut(nested, self.summary.cuts), self.options,
+        names = {layer.name for layer in nested._flatten_layers()}
+        options = self.options.replace(chunked=tuple(
+            (name, k) for name, k in self.options.chunked if name in names))
+        return rewrite(cut(nested, self.summary.cuts), options,
                        recompute_layer=self.recompute_layer)
 
     def block(self, block, end):
@@ -133,7 +140,7 @@ class _Builder:
         if block.tail is None:  # a segment
             return self.recompute_layer(model, name=block.name)
         return Recompute(model, tail=self.twin(block.tail.operation), tail_relu=block.tail_relu,
-                         name=block.name)
+                         chunks=block.chunks, name=block.name)
 
     def call(self, node, tensors):
         """`node`'s layer's twin called on the new tensors, as the node called it."""
@@ -163,6 +170,12 @@ class _Builder:
             same_names(new, old)  # sublayers made in build(): MHA's
             for source, target in zip(seed_states(old), seed_states(new)):
                 target.assign(source)  # its dropout draws what the original's would
+
+
+def _chunked(summary):
+    """The names of the depthwise convs whose separable convs `summary` (a `Changes`)
+    chunks, in the models nested in it too."""
+    return set(summary.chunked).union(*map(_chunked, summary.nested.values()))
 
 
 def _shared_paths(model):

@@ -14,6 +14,10 @@ from tfseg.models import freeze as freeze_lib
 from tfseg.models import policy as policy_lib
 from tfseg.models import xception
 
+# The chunks of channels the head's separable convs run their backward passes in
+# (`head_chunked`; what it saves: docs/benchmarks.md, "Training step memory").
+HEAD_CHUNKS = 4
+
 
 def deeplab_v3_plus(
     num_classes,
@@ -166,6 +170,8 @@ def deeplab_v3_plus(
             segments = xception.recompute_segments(features, body, middle_repeats) + segments
         # Without memory_saving, recompute alone: every trick off, not only some.
         options = memory.RewriteOptions.all() if memory_saving else memory.RewriteOptions.none()
+        if memory_saving and head_policy.norm == "batch":  # group norm mixes channels
+            options = options.replace(chunked=head_chunked(model))
         model = memory.rewrite(model, options, recompute=segments,
                                recompute_layer=recompute_layer or Recompute)
     if freeze_batch_norm:
@@ -195,6 +201,15 @@ def _backbone_features(backbone, output_stride, input_shape, middle_repeats, rec
         raise ValueError(f"output_stride={output_stride}, but backbone {backbone.name!r} "
                          f"has its 'out' at stride {stride}")
     return image, features, stride
+
+
+def head_chunked(model, chunks=HEAD_CHUNKS):
+    """`RewriteOptions.chunked` for the head's separable convs (ASPP's and the
+    decoder's): their backward passes run first, beside every activation the backbone
+    keeps, and their maps are the step's largest transients there."""
+    return tuple((layer.name, chunks) for layer in model.layers
+                 if type(layer) is keras.layers.DepthwiseConv2D
+                 and part_of(layer.name) in ("aspp", "decoder"))
 
 
 def head_segments(model, features, names, serial_aspp=False):
