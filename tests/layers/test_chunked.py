@@ -1,6 +1,6 @@
 """`Recompute(chunks=k)` (tfseg/layers/chunked.py): a separable conv's backward pass a
 k-th of its channels at a time gives stock's gradients, one chunk after the other; and
-DeepLab's head runs so, exactly, wherever its norms work on each channel alone."""
+DeepLab's decoder runs so, exactly, wherever its norms work on each channel alone."""
 
 import keras
 import numpy as np
@@ -92,15 +92,20 @@ def _head_recomputes(model):
             and layer.name.startswith(("aspp", "decoder"))]
 
 
-@pytest.mark.parametrize("output_stride", [8, 16])
+@pytest.mark.parametrize("output_stride", [pytest.param(8, marks=pytest.mark.slow), 16])
 def test_deeplab_chunks_its_heads_separable_convs_exactly(output_stride, float64):
-    """Memory saving chunks ASPP's three and the decoder's two separable convs; their
-    gradients are the unchunked ones to float64 rounding (the whole network's)."""
+    """Memory saving chunks the decoder's two separable convs (ASPP's three stay whole);
+    their gradients are the unchunked ones to float64 rounding (the whole network's)."""
     keras.utils.set_random_seed(1)
     model = deeplab_v3_plus(3, output_stride=output_stride, memory_saving=True, dropout=0.0,
                             input_shape=(65, 97, 3), **TINY)
     head = _head_recomputes(model)
-    assert len(head) == 5 and {layer.chunks for layer in head} == {4}
+    assert {layer.name: layer.chunks for layer in head} == {
+        "aspp_sepconv1_depthwise_recompute": 1, "aspp_sepconv2_depthwise_recompute": 1,
+        "aspp_sepconv3_depthwise_recompute": 1, "decoder_conv1_depthwise_recompute": 4,
+        "decoder_conv2_depthwise_recompute": 4}
+    for layer in head:  # ASPP's too, for the exactness of its (XLA-free) dilated path
+        layer.chunks = 4
     x = tf.constant(np.random.RandomState(0).uniform(-1, 1, (2, 65, 97, 3)))
 
     def grads():
@@ -124,3 +129,55 @@ def test_deeplab_with_group_norm_chunks_nothing():
                             **TINY)
     head = _head_recomputes(model)
     assert head and {layer.chunks for layer in head} == {1}
+
+
+def _reference_block(name):
+    """[high, low] -> resize high to low's size (low read for its size only) ->
+    depthwise -> norm; low gets no gradient."""
+    from tfseg.layers import ResizeLike
+    high, low = keras.Input((None, None, 4)), keras.Input((None, None, 2))
+    y = ResizeLike(name=f"{name}_up")([high, low])
+    y = keras.layers.DepthwiseConv2D(3, padding="same", name=f"{name}_dw")(y)
+    return keras.Model([high, low], keras.layers.BatchNormalization(name=f"{name}_bn")(y))
+
+
+def test_an_unknown_batch_and_an_input_read_for_its_size_only():
+    """Keras' fit traces an unknown batch after a smaller last batch: the zeros of an
+    input with no gradient were made from its static shape (a ValueError)."""
+    block = _reference_block("r")
+    layer = Recompute(block, tail=keras.layers.Conv2D(3, 1, name="r_pw"), chunks=3, name="r")
+    whole = Recompute(_reference_block("w"), tail=keras.layers.Conv2D(3, 1, name="w_pw"),
+                      name="w")
+    rng = np.random.RandomState(0)
+    high = tf.constant(rng.randn(2, 3, 4, 4).astype("float32"))
+    low = tf.constant(rng.randn(2, 11, 13, 2).astype("float32"))
+    results = []
+    for each in (whole, layer):
+        each([high, low])
+    layer.set_weights(whole.get_weights())
+    for each in (whole, layer):
+        @tf.function(input_signature=[tf.TensorSpec((None, 3, 4, 4)),
+                                      tf.TensorSpec((None, 11, 13, 2))])
+        def step(high, low):
+            with tf.GradientTape() as tape:
+                tape.watch([high, low])
+                loss = tf.reduce_sum(each([high, low], training=True) ** 2)
+            return tape.gradient(loss, [high, low])
+        results.append(step(high, low))
+    for a, b in zip(*results):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-4, atol=1e-5)
+    assert not results[1][1].numpy().any()  # read for its size only
+
+
+def test_a_block_that_reads_a_map_twice_or_a_bad_chunk_count_is_refused():
+    x = keras.Input((None, None, 4))
+    twice = keras.Model(x, keras.layers.Concatenate()([keras.layers.ReLU()(x), x]))
+    with pytest.raises(ValueError, match="read by two of its layers"):
+        Recompute(twice, tail=keras.layers.Conv2D(2, 1), chunks=2, name="t")
+    block, tail = separable("batch", 1, 1, True, False, "k")
+    for bad in (0, 2.5, "3", True):
+        with pytest.raises(ValueError, match="chunks must be an integer >= 1"):
+            Recompute(block, tail=tail, chunks=bad, name="k_recompute")
+    layer = Recompute(*separable("group", 1, 1, False, False, "s"), name="s_recompute")
+    with pytest.raises(ValueError, match="mixes channels"):
+        layer.chunks = 2  # checked when set after construction too

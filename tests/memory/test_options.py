@@ -96,3 +96,14 @@ def test_chunked_names_separable_convs_by_their_depthwise_and_refuses_other_name
             in str(memory.changes(model, options)))
     with pytest.raises(ValueError, match=r"chunked names \['entry_conv1'\], which are not"):
         memory.rewrite(model, RewriteOptions(chunked=(("entry_conv1", 2),)))
+
+
+def test_chunked_is_checked_and_ignored_without_separable_fusion():
+    model = deeplab_v3_plus(3, **TINY)
+    one = RewriteOptions(chunked=(("decoder_conv2_depthwise", 1),))  # named, not chunked
+    assert memory.rewrite(model, one).get_layer("decoder_conv2_depthwise_recompute").chunks == 1
+    memory.rewrite(model, one.replace(fuse_separable=False))  # nothing to chunk: no error
+    for bad in ((("decoder_conv2_depthwise", 0),), (("decoder_conv2_depthwise", 2.5),),
+                ("decoder_conv2_depthwise",)):
+        with pytest.raises(ValueError, match="chunked takes"):
+            RewriteOptions(chunked=bad)

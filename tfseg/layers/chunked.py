@@ -20,7 +20,7 @@ says which a block holds that it cannot.
 import keras
 import tensorflow as tf
 
-from tfseg.layers.gating import stat_dtype
+from tfseg.layers.gating import gated, stat_dtype
 from tfseg.layers.resize import ResizeLike
 
 __all__ = ["check_channelwise", "chunk_output", "joined", "ranges"]
@@ -62,6 +62,15 @@ def check_channelwise(block):
     whose output channel c does not come from its inputs' channel c alone."""
     from tfseg.layers.recompute import Recompute
 
+    reads = {}  # id(tensor) -> how many of its nodes read it as data (a resize's reference: not)
+    for node in (n for nodes in block._nodes_by_depth.values() for n in nodes):
+        layer = node.operation
+        data = node.input_tensors[:1] if isinstance(layer, ResizeLike) else node.input_tensors
+        for tensor in data:
+            reads[id(tensor)] = reads.get(id(tensor), 0) + 1
+    if any(n > 1 for n in reads.values()):
+        raise ValueError(f"{block.name}: a map is read by two of its layers, whose chunks "
+                         f"would both give gradients to its channels")
     for layer in block.layers:
         if isinstance(layer, keras.layers.InputLayer) or _passes(layer) or _norm(layer):
             continue
@@ -171,27 +180,32 @@ def _normalized(layer, x, lo, hi, slices):
     return tf.cast(y, x.dtype)
 
 
-def joined(pieces, like):
+def joined(pieces, like, gradient=None):
     """The gradient of `like` (a tensor or variable) from its slices' gradients
-    [(lo, hi, axis, gradient)]: joined along their axis, zeros where none is."""
+    [(lo, hi, axis, gradient)]: joined along their axis, zeros where none is; None
+    where there is no piece and `like` is a variable (no gradient, as a tape says).
+    `gradient`: what zeros for a tensor wait for (the incoming gradient: made without
+    it, they are made as the step starts and held to the backward pass)."""
     if not pieces:
-        return tf.zeros(like.shape, like.dtype)
+        if isinstance(like, tf.Variable):
+            return None
+        return tf.zeros(tf.shape(gated(like, gradient)), like.dtype)
     if len(pieces) == 1 and pieces[0][1] is None:  # whole
         return pieces[0][3]
     axis = pieces[0][2] % len(like.shape)
     parts, at = [], 0
-    for lo, hi, _, gradient in sorted(pieces, key=lambda p: p[0]):
+
+    def zeros(channels, near):  # `near`'s shape with `channels` on the axis (batch unknown)
+        shape = tf.tensor_scatter_nd_update(tf.shape(near), [[axis]], [channels])
+        return tf.zeros(shape, near.dtype)
+
+    for lo, hi, _, piece in sorted(pieces, key=lambda p: p[0]):
         if lo < at:
             raise AssertionError("two chunks gave gradients to the same channels")
         if lo > at:
-            shape = list(like.shape)
-            shape[axis] = lo - at
-            parts.append(tf.zeros(shape, gradient.dtype))
-        parts.append(gradient)
+            parts.append(zeros(lo - at, piece))
+        parts.append(piece)
         at = hi
     if at < like.shape[axis]:
-        shape = list(like.shape)
-        shape[axis] = like.shape[axis] - at
-        parts.append(tf.zeros(shape, parts[-1].dtype))
+        parts.append(zeros(like.shape[axis] - at, parts[-1]))
     return tf.concat(parts, axis)
-

@@ -58,11 +58,23 @@ class Recompute(keras.layers.Layer):
         self.block = block
         self.tail = tail
         self.tail_relu = bool(tail_relu)
-        self.chunks = int(chunks)
-        if self.chunks > 1:
-            if tail is None or not is_linear_conv(tail):
+        self.chunks = chunks
+
+    @property
+    def chunks(self):
+        return self._chunks
+
+    @chunks.setter
+    def chunks(self, chunks):
+        """Checked wherever it is set: a block that mixes channels would give wrong
+        gradients in chunks, silently."""
+        if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
+            raise ValueError(f"{self.name}: chunks must be an integer >= 1, got {chunks!r}")
+        if chunks > 1:
+            if self.tail is None or not is_linear_conv(self.tail):
                 raise ValueError(f"{self.name}: chunks needs a linear Conv2D tail")
-            check_channelwise(block)
+            check_channelwise(self.block)
+        self._chunks = chunks
 
     def _tail(self, y):
         return self.tail(tf.nn.relu(y) if self.tail_relu else y)
@@ -106,7 +118,7 @@ class Recompute(keras.layers.Layer):
                               **tail_grads}
                     # An input read for its shape only (a resize's target) has none.
                     dxs = [tf.zeros_like(x) if g is None else g
-                           for x, g in zip(xs, grads[:len(xs)])]
+                           for x, g in zip(again, grads[:len(xs)])]
                     return (dxs if many else dxs[0]), [by_ref[v.ref()] for v in variables]
 
             return z, backward
@@ -140,7 +152,7 @@ class Recompute(keras.layers.Layer):
                 if g is not None:
                     pieces.setdefault(key, []).append((a, b, axis, g))
             waits = [g for g in grads if g is not None] + list(tail_grads.values())
-        dxs = [joined(pieces.get(("input", i), []), x) for i, x in enumerate(xs)]
+        dxs = [joined(pieces.get(("input", i), []), x, dz) for i, x in enumerate(xs)]
         if self.tail.use_bias:
             pieces[self.tail.bias.value.ref()] = [(0, None, 0, tf.cast(tf.reduce_sum(
                 tf.cast(dz, accumulator(dz.dtype)), [0, 1, 2]), self.tail.bias.dtype))]

@@ -23,9 +23,10 @@ record("chunked", lambda names: f"{len(names)} of them run their backward passes
 def _chunks(finding, depthwise):
     """The chunks `RewriteOptions.chunked` gives the separable conv of `depthwise` (1:
     none), recorded."""
-    chunks = dict(finding.options.chunked).get(depthwise.operation.name, 1)
-    if chunks > 1:
-        finding.add("chunked", depthwise.operation.name)
+    chunks = dict(finding.options.chunked).get(depthwise.operation.name)
+    if chunks is None:
+        return 1
+    finding.add("chunked", depthwise.operation.name)  # named: found, whatever its chunks
     return chunks
 
 

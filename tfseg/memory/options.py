@@ -89,9 +89,18 @@ class RewriteOptions:
     # their channels at a time (`Recompute(chunks=k)`): where a backward pass runs while
     # the most is kept (DeepLab's head), its maps then live a k-th at a time. `unpaid`:
     # the tricks `tfseg.memory.paying` turned off, each (name, the bytes the step keeps
-    # with it, without it), which the summary names.
+    # with it, without it), which the summary names. Without `fuse_separable` nothing is
+    # chunked.
     chunked: tuple = dataclasses.field(default=(), metadata={"switch": False})
     unpaid: tuple = dataclasses.field(default=(), metadata={"switch": False})
+
+    def __post_init__(self):
+        for entry in self.chunked:
+            name, chunks = entry if len(entry) == 2 else (None, None)
+            if (not isinstance(name, str) or isinstance(chunks, bool)
+                    or not isinstance(chunks, int) or chunks < 1):
+                raise ValueError(f"RewriteOptions.chunked takes (depthwise conv name, chunks "
+                                 f"of at least 1) pairs, got {entry!r}")
 
     @classmethod
     def names(cls):

@@ -51,7 +51,7 @@ def rewrite(model, options=None, *, recompute=None, recompute_layer=Recompute):
     model = as_functional(model) or model  # a subclassed one: Graph refuses it
     summary = changes(model, options, recompute)
     missing = {name for name, _ in options.chunked} - _chunked(summary)
-    if missing:
+    if missing and options.fuse_separable:  # without it, nothing is chunked
         raise ValueError(f"{model.name}: RewriteOptions.chunked names {sorted(missing)}, which "
                          f"are not the depthwise convs of fused separable convs here")
     builder = _Builder(Graph(model), summary, options, recompute_layer)

@@ -14,7 +14,7 @@ from tfseg.models import freeze as freeze_lib
 from tfseg.models import policy as policy_lib
 from tfseg.models import xception
 
-# The chunks of channels the head's separable convs run their backward passes in
+# The chunks of channels the decoder's separable convs run their backward passes in
 # (`head_chunked`; what it saves: docs/benchmarks.md, "Training step memory").
 HEAD_CHUNKS = 4
 
@@ -204,12 +204,14 @@ def _backbone_features(backbone, output_stride, input_shape, middle_repeats, rec
 
 
 def head_chunked(model, chunks=HEAD_CHUNKS):
-    """`RewriteOptions.chunked` for the head's separable convs (ASPP's and the
-    decoder's): their backward passes run first, beside every activation the backbone
-    keeps, and their maps are the step's largest transients there."""
+    """`RewriteOptions.chunked` for the decoder's separable convs: their backward passes
+    run first, beside every activation the backbone keeps, and their maps (at 1/4 size)
+    are the step's largest transients there. ASPP's (at 1/16 size) are left whole: chunked
+    too, they saved nothing more at 513x513 and cost memory at full resolution
+    (docs/benchmarks.md, "Training step memory")."""
     return tuple((layer.name, chunks) for layer in model.layers
                  if type(layer) is keras.layers.DepthwiseConv2D
-                 and part_of(layer.name) in ("aspp", "decoder"))
+                 and part_of(layer.name) == "decoder")
 
 
 def head_segments(model, features, names, serial_aspp=False):
