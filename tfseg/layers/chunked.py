@@ -20,6 +20,7 @@ says which a block holds that it cannot.
 import keras
 import tensorflow as tf
 
+from tfseg.layers import elementwise
 from tfseg.layers.gating import gated, stat_dtype
 from tfseg.layers.resize import ResizeLike
 
@@ -51,17 +52,19 @@ def _depthwise(layer):
 
 def _passes(layer):
     """Layers called as they are on a slice: channel-blind ones."""
-    from tfseg.layers import elementwise
-
     return (isinstance(layer, (keras.layers.ZeroPadding2D, ResizeLike, keras.layers.ReLU))
             or elementwise.is_elementwise(layer))
+
+
+def _recompute(layer):
+    """Whether `layer` is a `Recompute` (its block and tail; by what it holds, since
+    recompute.py imports this module)."""
+    return hasattr(layer, "block") and hasattr(layer, "tail")
 
 
 def check_channelwise(block):
     """Raises a ValueError naming the first layer of `block` (a functional model)
     whose output channel c does not come from its inputs' channel c alone."""
-    from tfseg.layers.recompute import Recompute
-
     reads = {}  # id(tensor) -> how many of its nodes read it as data (a resize's reference: not)
     for node in (n for nodes in block._nodes_by_depth.values() for n in nodes):
         layer = node.operation
@@ -78,7 +81,7 @@ def check_channelwise(block):
             continue
         if _depthwise(layer) and getattr(layer, "input_parts", None) is None:
             continue
-        if isinstance(layer, Recompute) and layer.tail is not None and _depthwise(layer.tail):
+        if _recompute(layer) and layer.tail is not None and _depthwise(layer.tail):
             check_channelwise(layer.block)
             continue
         raise ValueError(f"{block.name}: {layer.name} ({type(layer).__name__}) mixes channels "
@@ -137,7 +140,7 @@ def chunk_output(block, inputs, lo, hi, watch, slices=None):
             return _normalized(layer, x, lo, hi, slices)
         if isinstance(layer, keras.layers.DepthwiseConv2D):
             return _depthwise_slice(layer, x, lo, hi, slices)
-        if hasattr(layer, "tail") and hasattr(layer, "block"):  # a Recompute inside
+        if _recompute(layer):  # a Recompute inside
             inner, _ = chunk_output(layer.block, lambda i, a, b: value(parts[i], a, b), lo, hi,
                                     watch, slices)
             if layer.tail_relu:
