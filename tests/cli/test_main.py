@@ -251,6 +251,25 @@ main.run()
     assert [n for n in os.listdir(tmp_path) if n.startswith(".tfseg-staging-")] == []
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_in_the_teardown_after_a_finished_mode_ends_it_quietly(sig):
+    """Ctrl-C in the instant after a mode finished and reported, during Python's teardown
+    (here sent from an atexit callback, which runs after the command's own): it printed
+    a KeyboardInterrupt traceback from an atexit callback. The run is done: exit 0,
+    nothing on stderr, what it printed kept."""
+    script = f"""
+import atexit, os, sys
+from tfseg.cli import main
+atexit.register(lambda: os.kill(os.getpid(), {int(sig)}))
+sys.argv = ["tfseg", "--mode=validate"]
+main.run()
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert (proc.returncode, proc.stderr) == (0, ""), proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["run"]["mode"] == "validate"
+
+
 def test_a_non_ascii_path_on_an_ascii_stdout_is_escaped_not_a_crash(tmp_path):
     """With an ASCII stdout (``PYTHONIOENCODING=ascii``, a C locale), a line naming a path
     such as ``ünï 数据`` raised UnicodeEncodeError, exit 1 (a real process: the command's

@@ -102,6 +102,18 @@ def test_an_empty_model_dir_is_no_source_of_classes(exported, elsewhere, tmp_pat
             f"has no config.json\n") in proc.stdout
 
 
+def test_a_model_dir_that_is_not_a_folder_is_refused(exported, elsewhere, tmp_path):
+    """A mistyped --model_dir was taken for a run without config.json (exit 0, its check
+    skipped); it is refused, and nothing is made."""
+    cwd, image = elsewhere
+    gone, out = tmp_path / "no_such_run", tmp_path / "out"
+    model = exported / "saved_model"
+    assert refused(model, gone, image, out) == (
+        f"tfseg: error: --model_dir: {gone} is not a folder; give the run --model_path was "
+        f"exported from, or no --model_dir (files tfseg exports carry their classes)")
+    assert not out.exists() and not gone.exists() and os.listdir(cwd) == []
+
+
 def test_a_model_dir_of_other_classes_is_refused_naming_both_counts(
         trained, exported, elsewhere, tmp_path):
     cwd, image = elsewhere

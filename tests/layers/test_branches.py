@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfseg.layers import ResizeLike, SerialBranches
+from tfseg.layers import Recompute, ResizeLike, SerialBranches
 from tests.layers.twins import compare
 
 
@@ -30,15 +30,33 @@ def branches(norm, prefix):
 class Concatenated(keras.layers.Layer):
     """The stock composition: every branch, then one concatenation."""
 
-    def __init__(self, branches, **kwargs):
+    def __init__(self, branches, channels=None, **kwargs):
         super().__init__(**kwargs)
         self.branches = branches
+        self.channels = channels  # None: those of `branches()`
 
     def call(self, inputs, training=None):
         return tf.concat([b(inputs, training=training) for b in self.branches], -1)
 
     def compute_output_shape(self, shape):
-        return (*shape[:-1], 8 + 2 * shape[-1])
+        return (*shape[:-1], self.channels or 8 + 2 * shape[-1])
+
+
+def separable_branches(prefix, recompute):
+    """A dilated separable conv (as a memory-saving model's `Recompute` block, or its
+    plain layers) and a 1x1 conv on one input: 4 + 4 channels."""
+    x, block_input = keras.Input((None, None, 6)), keras.Input((None, None, 6))
+    depthwise = keras.layers.DepthwiseConv2D(3, dilation_rate=2, padding="same",
+                                             name=f"{prefix}_depthwise")
+    norm = keras.layers.BatchNormalization(momentum=0.9, name=f"{prefix}_depthwise_bn")
+    pointwise = keras.layers.Conv2D(4, 1, name=f"{prefix}_pointwise")
+    if recompute:
+        block = keras.Model(block_input, norm(depthwise(block_input)))
+        separable = Recompute(block, tail=pointwise, name=f"{prefix}_recompute")(x)
+    else:
+        separable = pointwise(norm(depthwise(x)))
+    conv = keras.layers.Conv2D(4, 1, name=f"{prefix}_conv")(x)
+    return [keras.Model(x, separable, name=f"{prefix}0"), keras.Model(x, conv, name=f"{prefix}1")]
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf_function"])
@@ -110,3 +128,23 @@ def test_serial_branches_refuse_dropout_and_a_single_branch():
         SerialBranches([keras.Model(x, keras.layers.Dropout(0.5)(x)), keras.Model(x, x)])
     with pytest.raises(ValueError, match="two branches"):
         SerialBranches([keras.Model(x, keras.layers.ReLU()(x))])
+
+
+def test_recompute_blocks_in_a_branch_run_twice_not_three_times(float64):
+    """A branch's `Recompute` block runs plainly in the branch's second run: its
+    depthwise conv runs in the forward pass and once again, not a third time in the
+    block's own backward pass; gradients stay exact."""
+    stock = Concatenated(separable_branches("a", recompute=False), channels=8)
+    twin = SerialBranches(separable_branches("b", recompute=True), name="serial")
+    compare(stock, twin, (2, 7, 13, 6), compiled=True, dtype="float64", rtol=1e-10, atol=1e-12)
+
+    @tf.function
+    def step(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            loss = tf.reduce_sum(twin(x, training=True) ** 2)
+        return tape.gradient(loss, [x] + twin.trainable_weights)
+
+    graph = step.get_concrete_function(tf.TensorSpec((2, 9, 7, 6), tf.float64)).graph
+    depthwise = [op for op in graph.get_operations() if op.type == "DepthwiseConv2dNative"]
+    assert len(depthwise) == 2, [op.name for op in depthwise]

@@ -170,8 +170,28 @@ def safe_output():
             stream.reconfigure(errors="backslashreplace")
 
 
+def finished(signum, frame):
+    """Ctrl-C or SIGTERM once the mode has returned: its outputs are whole and reported,
+    and what is left is Python's and TensorFlow's teardown, where a KeyboardInterrupt was
+    a traceback from an atexit callback. End now, as the finished run ends."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe, a closed stream: nothing to keep
+            pass
+    os._exit(0)
+
+
 def run():
     """The console script's entry point: ``tfseg [flags]``."""
     modes.STOP.__enter__()  # for the whole process: there is nothing to restore at its end
     safe_output()
-    app.run(main, flags_parser=parse_flags)
+
+    def main_then_finished(argv):
+        code = main(argv)
+        if code == 0:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, finished)
+        return code
+
+    app.run(main_then_finished, flags_parser=parse_flags)

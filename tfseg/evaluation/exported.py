@@ -85,12 +85,16 @@ def exported_classes(config, own, model_dir_given=None, log=print):
     has neither, the check is skipped in one line saying so.
 
     Raises:
-      InputError: the run's classes are not the file's (one line naming both counts), or
-        neither the file nor a given run has any.
+      InputError: a given --model_dir is not a folder, the run's classes are not the
+        file's (one line naming both counts), or neither the file nor a given run has any.
     """
     run = config.run
     if model_dir_given is None:
         model_dir_given = run.model_dir != type(run)().model_dir
+    if model_dir_given and not os.path.isdir(run.model_dir):
+        raise InputError(f"--model_dir: {run.model_dir} is not a folder; give the run "
+                         f"--model_path was exported from, or no --model_dir (files tfseg "
+                         f"exports carry their classes)")
     theirs, whose = (run_classes(files.load_config(run.model_dir)) if model_dir_given
                      else (None, None))
     if own is not None:

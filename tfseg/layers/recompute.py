@@ -1,5 +1,8 @@
 """Recompute a block in the backward pass instead of keeping its activations."""
 
+import contextlib
+import threading
+
 import keras
 import tensorflow as tf
 from tensorflow.python.eager import record  # stop_recording has no public name
@@ -86,7 +89,7 @@ class Recompute(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         block, tail = self.block, self.tail
-        if not training:
+        if not training or getattr(_PLAIN, "on", False):
             y = block(inputs, training=training)
             return y if tail is None else self._tail(y)
 
@@ -205,6 +208,23 @@ def is_linear_depthwise(layer):
         and tuple(layer.dilation_rate) == (1, 1)
         and layer.activation in (None, keras.activations.linear)
     )
+
+
+_PLAIN = threading.local()
+
+
+@contextlib.contextmanager
+def plainly():
+    """Inside, `Recompute` layers run their blocks as plain layers: a tape keeps what the
+    blocks' layers keep, and nothing runs a third time. For a second run that keeps one
+    piece of the model at a time by itself (`SerialBranches`' branches): its nested
+    blocks' own recompute would run each of them once more for nothing."""
+    was = getattr(_PLAIN, "on", False)
+    _PLAIN.on = True
+    try:
+        yield
+    finally:
+        _PLAIN.on = was
 
 
 def _tail_backward(conv, y, dz, relu=False, channels=None):
