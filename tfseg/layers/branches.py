@@ -31,8 +31,8 @@ class SerialBranches(keras.layers.Layer):
     control dependencies). Branches must be deterministic in training (no dropout).
     The price is one more forward run of every branch; the `Recompute` blocks inside
     run plainly there (`tfseg.layers.recompute.plainly`), not a third time in their own
-    backward passes (on the CPU, a memory-saving DeepLab's 513x513 step took 10% longer
-    with that third run of ASPP's dilated separable convs).
+    backward passes: that third run of ASPP's dilated separable convs was a memory-saving
+    DeepLab's largest extra step time (docs/benchmarks.md, "Smaller measurements").
 
     Shapes: [N, ..., C] -> [N, ..., sum of the branches' channels] along `axis`.
     """
