@@ -1,26 +1,33 @@
-"""The dilated depthwise conv's forms, timed alone: forward and backward at ASPP's shapes.
+"""The depthwise conv's forms, timed alone: forward and backward at the network's shapes.
 
-    python benchmarks/dilated.py                    # on a GPU: 1024x2048's and 513x513's ASPP
+    python benchmarks/dilated.py                    # on a GPU: ASPP's and the backbone's shapes
     python benchmarks/dilated.py --cpu              # tiny shapes on the CPU (a dry run)
 
 A separable ASPP branch's depthwise conv (3x3, rates 6, 12 and 18, stride 1, "same") runs
 on the backbone's output: 2048 channels at 64x128 for a 1024x2048 image at output stride
-16, batch 1, and at 33x33 for 513x513, batch 2. Forms:
+16, batch 1, and at 33x33 for 513x513, batch 2. The backbone's (rate 1; rate 2 in the
+exit flow's last block at output stride 16) run at 1024x2048 on 128 channels at
+512x1024 to 1536 at 64x128; the 48 of the middle flow on 728 at 64x128. Forms:
 
-- `space_to_batch`: stock Keras' `DepthwiseConv2D` (TensorFlow's SpaceToBatchND ->
-  depthwise -> BatchToSpaceND);
+- `space_to_batch`: stock Keras' `DepthwiseConv2D`: TensorFlow's DepthwiseConv2dNative
+  kernels (which on a GPU use cuDNN only for half precision in NCHW), dilated by
+  SpaceToBatchND -> depthwise -> BatchToSpaceND;
 - `taps`: tfseg's twin (`tfseg.layers.dilated`, as `LeanDepthwiseConv2D` runs it), nine
-  shifted multiply-adds and no space-to-batch copy;
+  shifted multiply-adds and no space-to-batch copy (dilated rows only);
+- `grouped`: the same conv as a grouped `Conv2D` (one group per channel, the kernel
+  reshaped to [3, 3, 1, C]), dilated by the conv itself: on a GPU, cuDNN's grouped
+  convolution in float32 too, and no space-to-batch copy;
 - `xla`: stock's form compiled by XLA (`jit_compile=True`).
 
 Each form's step is one forward pass and the gradients of the input and the kernel for a
 fixed output gradient, in a `tf.function`; the time is the median of `--steps` calls
 after two warm-up calls, each call ended by reading one value of its result (a device
-sync); each form's gradients are compared with the first form's (`grad_difference`). On
+sync); each form's gradients are compared with the first form's (`grad_difference`); a
+form TensorFlow has no kernel for here is a row's `{"error": ...}`. On
 a GPU the allocator's peak over the call is read too. `copy_ratio` is the space-to-batch
 copy's size over the input's (`tfseg.layers.dilated.copy_ratio`): the rewrite takes the
-taps where it is at least the device's `MIN_COPY_RATIO`. Prints a table
-and one JSON line; bad arguments: one line, exit 2.
+taps where it is at least the device's `MIN_COPY_RATIO`. Prints a table (a line per row
+as it is measured) and one JSON line; bad arguments: one line, exit 2.
 """
 
 import json
@@ -31,12 +38,19 @@ import time
 
 import refusal  # beside this file
 
-# (label, batch, height, width, channels) of the ASPP input, and the dry run's stand-ins.
-SHAPES = (("1024x2048 b1", 1, 64, 128, 2048), ("513x513 b2", 2, 33, 33, 2048))
-CPU_SHAPES = (("1024x2048 b1", 1, 9, 17, 8), ("513x513 b2", 2, 7, 7, 8))
-RATES = (6, 12, 18)
-CPU_RATES = (2, 3)
-FORMS = ("space_to_batch", "taps", "xla")
+# (label, (batch, height, width, channels) of the conv's input, rates), ASPP's first, and
+# the dry run's stand-ins.
+SHAPES = (("aspp 1024x2048 b1", (1, 64, 128, 2048), (6, 12, 18)),
+          ("aspp 513x513 b2", (2, 33, 33, 2048), (6, 12, 18)),
+          ("entry 1024x2048 b1", (1, 512, 1024, 128), (1,)),
+          ("entry 1024x2048 b1", (1, 256, 512, 256), (1,)),
+          ("entry 1024x2048 b1", (1, 128, 256, 728), (1,)),
+          ("middle 1024x2048 b1", (1, 64, 128, 728), (1,)),
+          ("exit 1024x2048 b1", (1, 64, 128, 1536), (2,)))
+CPU_SHAPES = (("aspp 1024x2048 b1", (1, 9, 17, 8), (2, 3)),
+              ("aspp 513x513 b2", (2, 7, 7, 8), (2, 3)),
+              ("middle 1024x2048 b1", (1, 9, 17, 8), (1,)))
+FORMS = ("space_to_batch", "taps", "grouped", "xla")
 
 
 def step_fn(form, layer):
@@ -49,6 +63,10 @@ def step_fn(form, layer):
     def forward(x):
         if form == "taps":
             return shifted_depthwise(layer, x, layer.kernel)
+        if form == "grouped":  # [3, 3, C, 1] -> [3, 3, 1, C]: channel c is group c's filter
+            kernel = tf.reshape(layer.kernel, (*layer.kernel_size, 1, -1))
+            return tf.nn.conv2d(x, kernel, 1, layer.padding.upper(),
+                                dilations=layer.dilation_rate)
         return layer(x)
 
     def step(x, dy):
@@ -87,14 +105,19 @@ def time_form(form, shape, rate, steps):
     """{"seconds": median, "peak_mib": ...} of one form at one shape and rate."""
     import tensorflow as tf
 
-    batch, height, width, channels = shape
+    _, height, width, channels = shape
     layer = layer_for(rate, channels)
-    x = tf.random.stateless_normal((batch, height, width, channels), (1, 2))
-    dy = tf.random.stateless_normal((batch, height, width, channels), (3, 4))
+    x = tf.random.stateless_normal(shape, (1, 2))
+    dy = tf.random.stateless_normal(shape, (3, 4))
     fn = step_fn(form, layer)
-    for _ in range(2):
-        result = fn(x, dy)
-        float(result[0])
+    try:
+        for _ in range(2):
+            result = fn(x, dy)
+            float(result[0])
+    except (tf.errors.UnimplementedError, tf.errors.InvalidArgumentError) as error:
+        # TF's CPU kernels without oneDNN have no dilated grouped conv gradient.
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        return {"error": lines[-2] if len(lines) > 1 else lines[0]}  # the line before "[["
     gpu = bool(tf.config.list_logical_devices("GPU"))
     if gpu:
         tf.config.experimental.reset_memory_stats("GPU:0")
@@ -116,6 +139,8 @@ def difference(forms):
     first = None
     out = {}
     for name, result in forms.items():
+        if "error" in result:
+            continue
         grads = result.pop("grads")
         if first is None:
             first = grads
@@ -149,16 +174,20 @@ def main(argv=None):
 
     rows = []
     print(device)
-    print(f"{'shape':<14}{'rate':>5}{'copy_ratio':>11}" + "".join(f"{f:>16}" for f in args.forms))
-    for label, *shape in (CPU_SHAPES if args.cpu else SHAPES):
-        for rate in (CPU_RATES if args.cpu else RATES):
+    print(f"{'shape':<20}{'input':>16}{'rate':>5}{'copy_ratio':>11}"
+          + "".join(f"{f:>16}" for f in args.forms))
+    for label, shape, rates in (CPU_SHAPES if args.cpu else SHAPES):
+        for rate in rates:
             ratio = dilated.copy_ratio(shape[1:3], (3, 3), (rate, rate), "same")
-            forms = {f: time_form(f, shape, rate, args.steps) for f in args.forms}
+            # The taps are the dilated twin's: an undilated conv has no copy to avoid.
+            forms = {f: time_form(f, shape, rate, args.steps) for f in args.forms
+                     if f != "taps" or rate > 1}
             row = {"shape": label, "input": shape, "rate": rate, "copy_ratio": round(ratio, 2),
                    "forms": forms, "grad_difference": difference(forms)}
-            cells = [f"{r['seconds'] * 1e3:>13.2f} ms" if "seconds" in r else f"{'-':>16}"
-                     for r in row["forms"].values()]
-            print(f"{label:<14}{rate:>5}{ratio:>11.2f}" + "".join(cells), flush=True)
+            cells = [f"{forms[f]['seconds'] * 1e3:>13.2f} ms" if "seconds" in forms.get(f, {})
+                     else f"{'-' if f not in forms else 'fails':>16}" for f in args.forms]
+            dims = "x".join(str(d) for d in shape)
+            print(f"{label:<20}{dims:>16}{rate:>5}{ratio:>11.2f}" + "".join(cells), flush=True)
             rows.append(row)
     summary = {"device": device, "steps": args.steps, "rows": rows,
                "min_copy_ratio": dilated.MIN_COPY_RATIO}

@@ -14,9 +14,13 @@ Measures, each in a fresh process:
   resolution, in interleaved rounds (stock, memory saving, recompute, stock, ...);
 - Grappler's layout optimizer off against on (stock and memory saving, 513x513 b2;
   memory saving in `mixed_bfloat16` at full resolution);
+- the depthwise twins' kernels: memory saving with `--depthwise_kernel=grouped` (a
+  grouped Conv2D, cuDNN's) against TensorFlow's depthwise kernels;
 - the batch-norm twin's two forms, `--fused_norm=true` (TF's fused kernels) and `false`
   (the unfused ops), at 513x513 b2 (`--norm_setting` names another setting; without one
   the A/B is skipped, with a note);
+- with `--profile`, where one step's time goes: its kernels' time by op type, how much
+  of the step they fill, and the host's op time (`tfseg.profile.timeline`);
 - GPU utilisation during the timed steps (NVML) and the device overhead
   (`tfseg.runtime.device`: NVML after TF's start-up with memory growth, and the process's
   memory outside the allocator under a real step).
@@ -51,6 +55,7 @@ CPU_MODEL = dict(num_classes=21, width_multiplier=0.25, middle_repeats=1)
 VARIANT_ROWS = ("stock", "memory_saving", "recompute")
 # The dry run's rows: each kind of piece once (fp32 variants, layout off, bf16; and the
 # norm A/B's rows, named SETTING=VALUE).
+# (Not memory_saving_grouped: it runs on a GPU only, `tfseg.layers.conv_kernels`.)
 CPU_ROWS = {("513x513 b2", "stock"), ("513x513 b2", "memory_saving"),
             ("513x513 b2", "recompute"), ("513x513 b2", "memory_saving_layout_off"),
             ("1024x2048 b1", "recompute_bf16"), ("1024x2048 b1", "memory_saving_xla")}
@@ -66,10 +71,13 @@ def child(kind, spec, env=None, timeout=1800.0):
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout} s"}
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0:
         tail = (proc.stderr.strip() or "(no output)").splitlines()[-1]
+        if lines:  # measured, then the profiled step failed: keep the measurement
+            return {**json.loads(lines[-1]), "profile_error": f"exit {proc.returncode}: {tail}"}
         return {"error": f"exit {proc.returncode}: {tail}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(lines[-1])
 
 
 def norm_setting(name):
@@ -102,6 +110,9 @@ def rows(args):
                                            recompute_blocks=tuple(DEFAULT_RECOMPUTE))}
         for name in VARIANT_ROWS:
             out.append((label, name, steps[name], True))
+        # The twins' depthwise convs as grouped Conv2Ds (cuDNN), against TF's own kernels.
+        out.append((label, "memory_saving_grouped",
+                    steps["memory_saving"].replace(depthwise_kernel="grouped"), True))
         for name in ("stock", "memory_saving"):  # the whole step compiled by XLA
             out.append((label, f"{name}_xla", steps[name].replace(jit_compile=True), True))
         if label.startswith("1024x2048"):
@@ -197,7 +208,8 @@ def run(args, log=print):
                 continue
             began = time.monotonic()
             result = child("step", {"step": row["step"],
-                                    "layout_optimizer": row["layout_optimizer"]},
+                                    "layout_optimizer": row["layout_optimizer"],
+                                    "profile": args.profile and round_ == 0},
                            timeout=max(120.0, args.max_minutes * 60 + 180 - elapsed))
             longest = max(longest, time.monotonic() - began)
             if "error" in result:
@@ -265,6 +277,9 @@ def main(argv=None):
     parser.add_argument("--parity", nargs="*", default=None,
                         choices=("float64", "float32_tf32_off", "float32"),
                         help="which parity checks (default: all three; --cpu: the first two)")
+    parser.add_argument("--profile", action="store_true",
+                        help="profile one more step of each row's first process: its time "
+                             "by op type on the device and the host (tfseg.profile.timeline)")
     parser.add_argument("--out_dir", default="gpu_benchmark")
     args = parser.parse_args(argv)
     args.timed_steps = args.timed_steps or (1 if args.cpu else 5)

@@ -2,19 +2,24 @@
 
     python benchmarks/gpu_child.py parity '{"dtype": "float64", "size": [65, 97], ...}'
     python benchmarks/gpu_child.py step '{"step": <StepConfig JSON>, "layout_optimizer": false}'
+    python benchmarks/gpu_child.py step '{"step": <StepConfig JSON>, "profile": true}'
 
 Each prints one JSON line. `parity`: one training step's gradients of memory saving and
-recompute against stock's on the same weights, as the largest absolute difference over
+recompute (and, on a GPU, memory saving with `--depthwise_kernel=grouped`) against stock's
+on the same weights, as the largest absolute difference over
 the largest stock gradient. `step`: a training step measured as `tfseg.profile.measure`
 measures it (warm-up, gc, base, reset, steps, peak - base on `tfseg.runtime.device`'s
 allocator), with Grappler's layout optimizer on or off, GPU utilisation sampled by NVML
-during the timed steps, and the process's NVML memory beside the allocator's.
+during the timed steps, and the process's NVML memory beside the allocator's; with
+"profile", one more step under TensorFlow's profiler, its time by op type on the device
+and the host (`tfseg.profile.timeline`).
 """
 
 import gc
 import json
 import os
 import sys
+import tempfile
 import threading
 import time
 
@@ -55,8 +60,12 @@ def parity(spec):
     want = gradients(stock)
     scale = max(float(np.abs(g).max()) for g in want.values())
     errors = {}
-    for name, changes in (("memory_saving", dict(memory_saving=True)),
-                          ("recompute", dict(memory_saving=True, recompute=tuple(DEFAULT_RECOMPUTE)))):
+    variants = [("memory_saving", dict(memory_saving=True)),
+                ("recompute", dict(memory_saving=True, recompute=tuple(DEFAULT_RECOMPUTE)))]
+    if device.name() != "CPU:0":  # the twins' depthwise convs as cuDNN's grouped convs
+        variants.append(("memory_saving_grouped",
+                         dict(memory_saving=True, depthwise_kernel="grouped")))
+    for name, changes in variants:
         twin = builders.model(config.replace(**changes), num_classes=5)
         memory.copy_weights(stock, twin)
         got = gradients(twin)
@@ -144,13 +153,22 @@ def step(spec):
             peaks.append(int(device.memory_info()["peak"] - base))
     process = busy.process_bytes()
     total = base + max(peaks)
-    return {"device": device.name(), "base_bytes": int(base),
+    result = {"device": device.name(), "base_bytes": int(base),
             "peak_over_base_bytes": int(np.median(peaks)), "step_seconds": float(np.median(times)),
             "warmup_seconds": warmup, "loss": loss, "gpu_utilisation_percent": busy.mean(),
             "process_bytes": process,
             # What the process holds beyond the allocator's largest total: the device
             # overhead under a real step (an upper bound: the allocator's spare regions too).
             "outside_allocator_bytes": None if process is None else int(process - total)}
+    if spec.get("profile"):
+        # One more step under the profiler, after the measurement is printed: a profiler
+        # that fails the process (CUPTI) leaves the parent the line above.
+        print(json.dumps(result), flush=True)
+        from tfseg.profile.timeline import profile
+
+        result["profile"] = profile(lambda: float(train_step(batch)[0]),
+                                    tempfile.mkdtemp(prefix="tfseg_profile_"))
+    return result
 
 
 if __name__ == "__main__":

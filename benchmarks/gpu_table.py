@@ -137,15 +137,16 @@ def markdown(summary):
               "before (median over the timed steps, then over processes); total: base + "
               "peak, GB of 10^9 bytes; step: median seconds; GPU util: NVML's utilisation, "
               "sampled every 50 ms during the timed steps.", ""]
-    lines += ["| parity | NVIDIA_TF32_OVERRIDE | TF32 | memory saving | recompute |",
-              "| --- | --- | --- | --- | --- |"]
+    lines += ["| parity | NVIDIA_TF32_OVERRIDE | TF32 | memory saving | recompute | "
+              "memory saving, grouped depthwise |", "| --- | --- | --- | --- | --- | --- |"]
     for p in summary["parity"]:
         if "error" in p:
             lines.append(f"| {p.get('dtype')} | - | - | failed: {p['error'][:120]} | |")
             continue
         e = p["relative_error"]
         lines.append(f"| {p['dtype']} | {p['tf32_override']} | {'on' if p['tf32'] else 'off'} | "
-                     f"{e['memory_saving']:.2e} | {e['recompute']:.2e} |")
+                     f"{e['memory_saving']:.2e} | {e['recompute']:.2e} | "
+                     f"{_f(e.get('memory_saving_grouped'), '.2e')} |")
     lines += ["", "Parity: the largest gradient difference from stock's over the largest "
               "stock gradient, one training step on the same weights.", ""]
     overhead = summary["overhead"]
@@ -156,4 +157,30 @@ def markdown(summary):
                  f" MiB (an upper bound: the allocator's spare regions count too).")
     for note in summary["skipped"]:
         lines.append(f"- skipped: {note}")
+    for row in rows:
+        lines += profile_lines(row)
     return "\n".join(lines) + "\n"
+
+
+def profile_lines(row, top=12):
+    """Where one profiled step's time went (`tfseg.profile.timeline`'s summary in the
+    row's result), as a paragraph and a table by op type; [] without a profile."""
+    found = (row.get("result") or {}).get("profile")
+    if not found:
+        return []
+    wall, device, host = found["wall_seconds"], found["device"], found["host"]
+    head = f"**Where the time goes, {row['size']} {row['name']}** (one profiled step, {wall:.3f} s"
+    if device:
+        head += (f"; the kernels fill {device['busy_seconds']:.3f} s of it, "
+                 f"{100 * device['busy_seconds'] / wall:.0f}%, in {device['kernels']:,} kernels")
+    head += f"; the host's ops take {host['op_seconds']:.3f} s over {host['ops']:,} ops):"
+    on_host = {kind: (seconds, n) for kind, seconds, n in host["by_type"]}
+    kinds = [k for k, _, _ in (device or host)["by_type"]][:top]
+    lines = ["", head, "", "| op type | device s | kernels | host s | host ops |",
+             "| --- | --- | --- | --- | --- |"]
+    on_device = {kind: (seconds, n) for kind, seconds, n in (device or {}).get("by_type", [])}
+    for kind in kinds:
+        d, h = on_device.get(kind), on_host.get(kind)
+        lines.append(f"| {kind} | {_f(d and d[0], '.4f')} | {_f(d and d[1], ',')} | "
+                     f"{_f(h and h[0], '.4f')} | {_f(h and h[1], ',')} |")
+    return lines

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Device side, once per machine (about 20 s): TF 2.21 (cp312) from the parts stashed in /tmp/tfparts,
 # the small wheels, libcudart 12, and CUDA 13 cuBLAS/cuDNN from the image under the
-# sonames TF 2.21 (built for CUDA 12.5) opens. Then: source /tmp/tfenv.sh
+# sonames TF 2.21 (built for CUDA 12.5) opens, CUPTI too. Then: source /tmp/tfenv.sh
 set -euo pipefail
 G=$(cd "$(dirname "$0")" && pwd)              # the carried .gpu folder
 REPO=$(cd "$G/.." && pwd)                     # the repo root: tfseg, benchmarks, tests
@@ -20,6 +20,8 @@ link() { local f; f=$(find $ROOTS \( -name "$1" -o -name "$1.*" \) 2>/dev/null |
          else echo "MISSING $1"; return 1; fi; }
 link libcublas.so.12 libcublas.so.12 || link libcublas.so.13 libcublas.so.12 || true
 link libcublasLt.so.12 libcublasLt.so.12 || link libcublasLt.so.13 libcublasLt.so.12 || true
+# CUPTI, for the profiled step (tfseg.profile.timeline): without it the trace has no GPU plane.
+link libcupti.so.12 libcupti.so.12 || link libcupti.so.13 libcupti.so.12 || true
 c=$(find $ROOTS -name 'libcudnn.so.9*' 2>/dev/null | head -1); d=${c:+$(dirname "$c")}; echo "cuDNN: ${c:-MISSING}"
 cat > /tmp/tfenv.sh <<ENV
 export PYTHONPATH=$REPO:/tmp/site LD_LIBRARY_PATH=/tmp/cudalib${d:+:$d}$DIRS:\${LD_LIBRARY_PATH:-}

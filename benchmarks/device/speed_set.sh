@@ -7,13 +7,15 @@
 # A task's device time is 15 minutes: the install's calls (about a minute), then these two.
 # Each stage is capped; in the second call the largest batch runs only if time is left.
 # Stages, each bounded by what is left:
-#   full     stock and memory saving at 1024x2048 b1 (benchmarks/gpu.py); each process's
-#            first step is the warm start, the second reading the driver's cache the first filled
+#   full     memory saving (TF's depthwise kernels, then grouped convs) and stock at 1024x2048
+#            b1 (benchmarks/gpu.py); each process's
+#            first step is the warm start, the second reading the driver's cache the first filled;
+#            one more step of each profiled: its time by op type (tfseg.profile.timeline)
 #   torch    the PyTorch peer on the same card (benchmarks/peers/torch_deeplab.py)
 #   loop     the real loop, `tfseg --mode=train` on PNG files (benchmarks/gpu_loop.py)
 #   xla      the whole step compiled, memory saving and stock
 #   bf16     memory saving in mixed_bfloat16, Grappler's layout optimizer on and off
-#   dilated  the dilated depthwise conv's three forms alone (benchmarks/dilated.py)
+#   dilated  the depthwise conv's forms alone, ASPP's and the backbone's (benchmarks/dilated.py)
 #   largest  the largest batch at 1024x2048 under --memory_budget_gb=22, measured (report)
 set -u
 BUDGET=${1:-540}; START=$(date +%s); OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -32,21 +34,22 @@ stage() {  # stage NAME CAP command...: runs the command for at most min(CAP, wh
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,power.limit --format=csv,noheader \
   | tee "$OUT/stages.txt"
-stage full 150 python3 benchmarks/gpu.py --repeats 1 --parity --max_minutes 2.4 \
-  --out_dir "$OUT/full" --rows '1024x2048 b1:memory_saving' '1024x2048 b1:stock'
-stage torch 150 python3 benchmarks/peers/torch_deeplab.py --sizes 1024x2048x1 --steps 8 \
+stage full 170 python3 benchmarks/gpu.py --repeats 1 --parity --max_minutes 2.75 --profile \
+  --out_dir "$OUT/full" --rows '1024x2048 b1:memory_saving' '1024x2048 b1:memory_saving_grouped' \
+  '1024x2048 b1:stock'
+stage torch 140 python3 benchmarks/peers/torch_deeplab.py --sizes 1024x2048x1 --steps 8 \
   --rows bf16_cl_compile bf16_cl_ckpt fp32_tf32 --no_params --out "$OUT/torch_deeplab.jsonl" \
-  --max_seconds 145
+  --max_seconds 135
 # Batch norm, as gpu.py's rows have it, so that the loop/step ratio compares one step.
 STEP=$(python3 -c "import json; r=[r for r in json.load(open('$OUT/full/gpu.json'))['rows'] if r['name']=='memory_saving' and r['result']]; print('fullres=%s' % r[0]['result']['step_seconds'] if r else '')" 2>/dev/null)
-stage loop 120 python3 benchmarks/gpu_loop.py --out "$OUT/gpu_loop.jsonl" --max_seconds 115 \
+stage loop 110 python3 benchmarks/gpu_loop.py --out "$OUT/gpu_loop.jsonl" --max_seconds 105 \
   --flag=--norm=batch ${STEP:+--step_seconds $STEP}
 # XLA compiles the whole step for minutes (over 225 s on an H200, 2026-11-28): last but one.
 stage xla 220 python3 benchmarks/gpu.py --repeats 1 --parity --max_minutes 3.6 \
   --out_dir "$OUT/xla" --rows '1024x2048 b1:memory_saving_xla' '1024x2048 b1:stock_xla'
 stage bf16 100 python3 benchmarks/gpu.py --repeats 1 --max_minutes 1.6 --out_dir "$OUT/bf16" \
   --rows '1024x2048 b1:memory_saving_bf16' '1024x2048 b1:memory_saving_bf16_layout_off'
-stage dilated 40 python3 benchmarks/dilated.py --out "$OUT/dilated.jsonl"
+stage dilated 60 python3 benchmarks/dilated.py --steps 5 --out "$OUT/dilated.jsonl"
 stage largest 240 python3 main.py --mode=report --model_dir "$OUT/largest" --crop_size=1024,2048 \
   --batch_size=1 --width_multiplier=1 --middle_repeats=16 --memory_budget_gb=22 \
   --report_variants=stock,memory_saving,recompute --report_repeats=1 --report_max_minutes=3.5

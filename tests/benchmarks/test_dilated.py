@@ -1,7 +1,10 @@
-"""benchmarks/dilated.py: the dilated depthwise conv's forms (TF's space-to-batch, the
-shifted taps, XLA) timed alone at ASPP's shapes; the dry run at tiny shapes."""
+"""benchmarks/dilated.py: the depthwise conv's forms (TF's space-to-batch, the shifted
+taps, a grouped conv, XLA) timed alone at ASPP's and the backbone's shapes; the dry run
+at tiny shapes."""
 
+import json
 import os
+import subprocess
 import sys
 
 import pytest
@@ -15,11 +18,21 @@ def test_the_dry_run_times_each_form_and_they_compute_one_gradient(tmp_path):
     out = tmp_path / "dilated.jsonl"
     summary = bench.main(["--cpu", "--steps", "1", "--out", str(out)])
     assert [(r["shape"], r["rate"]) for r in summary["rows"]] == [
-        (label, rate) for label, *_ in bench.CPU_SHAPES for rate in bench.CPU_RATES]
+        (label, rate) for label, _, rates in bench.CPU_SHAPES for rate in rates]
+    assert {r["rate"] for r in summary["rows"]} >= {1, 2}
     for row in summary["rows"]:
-        assert set(row["forms"]) == set(bench.FORMS)
-        assert all(r["seconds"] > 0 for r in row["forms"].values())
-        # The taps and XLA compute TF's dilated conv: input and kernel gradients agree.
+        # The taps are the dilated twin's only.
+        assert set(row["forms"]) == set(bench.FORMS) - ({"taps"} if row["rate"] == 1 else set())
+        timed = {f: r for f, r in row["forms"].items() if "error" not in r}
+        assert all(r["seconds"] > 0 for r in timed.values())
+        assert set(timed) >= set(row["forms"]) - {"grouped"}
+        # The grouped conv has a gradient kernel on a GPU and with oneDNN on a CPU; this
+        # suite runs TF's own CPU kernels, which refuse it in one line.
+        if "grouped" not in timed:
+            assert "CPU" in row["forms"]["grouped"]["error"] or "filter" in row["forms"][
+                "grouped"]["error"], row["forms"]["grouped"]
+        # Every form computes TF's conv: input and kernel gradients agree.
+        assert set(row["grad_difference"]) == set(timed)
         assert max(row["grad_difference"].values()) < 1e-5
         assert row["copy_ratio"] > 1.0
     assert out.read_text().count("\n") == 1
@@ -46,3 +59,17 @@ def test_bad_arguments_are_one_line_and_exit_2(argv, capsys):
         bench.parse(argv)
     assert exit_.value.code == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_with_onednn_the_grouped_conv_computes_the_depthwise_conv(tmp_path):
+    """A process of its own: oneDNN is chosen when TensorFlow loads (the suite's is off)."""
+    out = tmp_path / "dilated.jsonl"
+    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "dilated.py"), "--cpu",
+                    "--steps", "1", "--forms", "space_to_batch,grouped", "--out", str(out)],
+                   env=env, check=True, capture_output=True, timeout=300)
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["rate"] for r in rows} >= {1, 2, 3}
+    for row in rows:
+        assert row["forms"]["grouped"]["seconds"] > 0, row
+        assert row["grad_difference"]["grouped"] < 1e-5, row

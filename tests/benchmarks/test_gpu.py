@@ -40,7 +40,7 @@ def test_without_a_gpu_it_exits_2_in_one_line_that_says_why():
 @pytest.mark.xdist_group("measure")
 @pytest.mark.timeout(1500)  # seven fresh processes, each building and tracing a DeepLab
 def test_the_cpu_dry_run_runs_every_piece_and_writes_the_table(tmp_path):
-    proc = _run("--cpu", "--repeats", "1", "--out_dir", str(tmp_path))
+    proc = _run("--cpu", "--repeats", "1", "--profile", "--out_dir", str(tmp_path))
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "gpu.json").read_text())
     assert summary == json.loads(proc.stdout.strip().splitlines()[-1])
@@ -62,10 +62,15 @@ def test_the_cpu_dry_run_runs_every_piece_and_writes_the_table(tmp_path):
         result = row["result"]
         assert result["device"] == "CPU:0" and result["peak_over_base_bytes"] > 0, key
         assert result["gpu_utilisation_percent"] is None  # no NVML on the CPU
+        # One more step under the profiler: the host's op time by type, no GPU plane.
+        profile = result["profile"]
+        assert profile["device"] is None and profile["host"]["ops"] > 100, key
+        assert 0 < profile["host"]["op_seconds"] <= 2 * profile["wall_seconds"], key
     stock, saving = rows[("513x513 b2", "stock")], rows[("513x513 b2", "memory_saving")]
     assert saving["result"]["peak_over_base_bytes"] < stock["result"]["peak_over_base_bytes"]
     table = (tmp_path / "gpu.md").read_text()
     assert "| 513x513 b2 | memory_saving |" in table and "PaddlePaddle" in table
+    assert "**Where the time goes, 513x513 b2 memory_saving**" in table
     # docs/benchmarks.md's CPU figure beside stock's row, whatever it is today.
     assert gpu_table.cpu_figure("513x513 b2", "stock") in table
 
@@ -77,7 +82,8 @@ def test_rows_and_parity_choose_the_measurements_in_the_order_given():
     args = argparse.Namespace(cpu=False, rows=None, parity=None, timed_steps=5,
                                   norm_setting="fused_norm")
     every = [(size, name) for size, name, _, _ in gpu.rows(args)]
-    assert ("1024x2048 b1", "memory_saving_bf16") in every and len(every) == 19
+    assert ("1024x2048 b1", "memory_saving_bf16") in every and len(every) == 21
+    assert ("1024x2048 b1", "memory_saving_grouped") in every
     assert ("1024x2048 b1", "memory_saving_bf16_layout_off") in every
     # The network of docs/benchmarks.md's CPU column: the full Xception-65, not the
     # synthetic default (the first H100 run measured that by mistake).

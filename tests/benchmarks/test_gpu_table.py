@@ -78,3 +78,20 @@ def test_every_source_row_is_in_the_docs_and_the_table_shows_it():
 @pytest.mark.parametrize("size,name", [("1024x2048 b1", "stock"), ("513x513 b2", "stock_bf16")])
 def test_a_row_the_docs_do_not_give_shows_a_dash(size, name):
     assert gpu_table.cpu_figure(size, name) == "-"
+
+
+def test_a_profiled_row_says_where_its_time_went():
+    profile = {"wall_seconds": 0.2,
+               "device": {"busy_seconds": 0.15, "kernels": 9000,
+                          "by_type": [["DepthwiseConv2dNativeBackpropFilter", 0.06, 60],
+                                      ["Conv2D", 0.04, 300]]},
+               "host": {"ops": 14000, "op_seconds": 0.18,
+                        "by_type": [["Conv2D", 0.02, 300], ["Mul", 0.03, 2000]]}}
+    row = {"size": "1024x2048 b1", "name": "memory_saving", "result": {"profile": profile}}
+    lines = gpu_table.profile_lines(row)
+    assert "kernels fill 0.150 s of it, 75%, in 9,000 kernels" in lines[1]
+    assert "host's ops take 0.180 s over 14,000 ops" in lines[1]
+    # By the device's order; the host's time beside it where the host has the type.
+    assert lines[-2:] == ["| DepthwiseConv2dNativeBackpropFilter | 0.0600 | 60 | - | - |",
+                          "| Conv2D | 0.0400 | 300 | 0.0200 | 300 |"]
+    assert gpu_table.profile_lines({"size": "s", "name": "n", "result": {}}) == []

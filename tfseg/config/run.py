@@ -45,6 +45,11 @@ class Run:
         "replica, epsilon >= 1.001e-5), false the unfused ops stock Keras runs; both match "
         "stock. auto: fused, measured faster on the CPU; on a GPU also fused until a GPU "
         "measures it.")
+    depthwise_kernel: str = setting(
+        "auto", "--memory_saving's depthwise convs: native runs TensorFlow's depthwise "
+        "kernels, grouped the same conv as a Conv2D with one group per channel (cuDNN's "
+        "grouped convolution, dilated without a space-to-batch copy; GPU only); both match "
+        "stock. auto: native, until a GPU measures grouped (benchmarks/dilated.py).")
     checkpoint_every: int = setting(250, "Steps between checkpoints.")
     keep_checkpoints: int = setting(3, "Checkpoints kept.")
     log_every: int = setting(25, "Steps between progress lines and summaries.")
@@ -136,6 +141,8 @@ class Run:
         one_of(self.strategy, STRATEGIES, "strategy")
         one_of(self.dtype_policy, DTYPE_POLICIES, "dtype_policy")
         one_of(self.fused_norm, ("auto", "true", "false"), "fused_norm")  # fused_norm.FORMS
+        one_of(self.depthwise_kernel, ("auto", "native", "grouped"),  # conv_kernels.FORMS
+               "depthwise_kernel")
         one_of(self.output_format, OUTPUT_FORMATS, "output_format")
         for name in self.export_format:
             one_of(name, EXPORT_FORMATS, "export_format")

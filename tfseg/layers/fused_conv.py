@@ -16,7 +16,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
-from tfseg.layers import dilated
+from tfseg.layers import conv_kernels, dilated
 from tfseg.layers.elementwise import TakesActivation
 from tfseg.layers.keep_input import joined_shape, lean_conv
 
@@ -38,33 +38,22 @@ def _explicit(layer, pad):
 
 
 def _depthwise(layer, inputs, activation, pad):
-    strides = [1, *layer.strides, 1]
     kernel = ops.cast(layer.kernel, layer.compute_dtype)
-    if dilated.usable(layer, inputs.shape):
+    grouped = conv_kernels.grouped(kernel)  # dilated by the conv: no copy to avoid
+    if not grouped and dilated.usable(layer, inputs.shape):
         return _finish(layer, shifted_depthwise(layer, inputs, kernel, activation, pad))
     padding, explicit, pad = _explicit(layer, pad)
-
-    def conv(t, k):
-        if padding == "EXPLICIT":
-            return tf.raw_ops.DepthwiseConv2dNative(
-                input=t, filter=k, strides=strides, padding=padding, explicit_paddings=explicit)
-        return tf.nn.depthwise_conv2d(t, k, strides, padding, dilations=layer.dilation_rate)
-
-    def input_grad(shape, k, dy):
-        return tf.raw_ops.DepthwiseConv2dNativeBackpropInput(
-            input_sizes=shape, filter=k, out_backprop=dy, strides=strides, padding=padding,
-            explicit_paddings=explicit)
-
-    def filter_grad(t, shape, dy):
-        return tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
-            input=t, filter_sizes=shape, out_backprop=dy, strides=strides, padding=padding,
-            explicit_paddings=explicit)
-
-    # Dilated where the shifted taps do not apply or pay: TF's space-to-batch form.
-    grads = {} if tuple(layer.dilation_rate) != (1, 1) else dict(input_grad=input_grad,
-                                                                 filter_grad=filter_grad)
-    return _finish(layer, lean_conv(inputs, kernel, conv=conv, activation=activation,
-                                    pad=pad, name=layer.name, **grads))
+    rates = tuple(layer.dilation_rate)
+    form = dict(strides=[1, *layer.strides, 1], padding=padding, explicit=explicit,
+                dilations=rates, grouped=grouped)
+    # Dilated where the shifted taps do not apply or pay: TF's space-to-batch form,
+    # differentiated as TF builds it; the grouped conv has gradient kernels of its own.
+    grads = {} if rates != (1, 1) and not grouped else dict(
+        input_grad=lambda shape, k, dy: conv_kernels.input_grad(shape, k, dy, **form),
+        filter_grad=lambda t, shape, dy: conv_kernels.filter_grad(t, shape, dy, **form))
+    return _finish(layer, lean_conv(
+        inputs, kernel, conv=lambda t, k: conv_kernels.forward(t, k, **form),
+        activation=activation, pad=pad, name=layer.name, **grads))
 
 
 def shifted_depthwise(layer, inputs, kernel, activation=None, pad=None):

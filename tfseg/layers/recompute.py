@@ -8,6 +8,7 @@ import tensorflow as tf
 from tensorflow.python.eager import record  # stop_recording has no public name
 
 from tfseg.layers.chunked import check_channelwise, chunk_output, joined, ranges
+from tfseg.layers.conv_kernels import tail_backward
 from tfseg.layers.dilated import accumulator
 from tfseg.layers.gating import gated
 
@@ -113,7 +114,7 @@ class Recompute(keras.layers.Layer):
                         with keras.StatelessScope():
                             y_again = block(again if many else again[0], training=True)
                     dy, tail_grads = ((dz, {}) if tail is None
-                                      else _tail_backward(tail, y_again, dz, self.tail_relu))
+                                      else tail_backward(tail, y_again, dz, self.tail_relu))
                     variables = list(variables or [])
                     inner = [v for v in variables if v.ref() not in tail_grads]
                     grads = tape.gradient(y_again, again + inner, output_gradients=dy)
@@ -143,7 +144,7 @@ class Recompute(keras.layers.Layer):
                         tape.watch(taken[(i, a, b)])
                     return taken[(i, a, b)]
                 y, weights = chunk_output(self.block, inputs, lo, hi, tape.watch)
-            dy, tail_grads = _tail_backward(self.tail, y, dz, self.tail_relu, channels=(lo, hi))
+            dy, tail_grads = tail_backward(self.tail, y, dz, self.tail_relu, channels=(lo, hi))
             keys = list(taken)
             grads = tape.gradient(y, [taken[k] for k in keys] + [w[4] for w in weights],
                                   output_gradients=dy)
@@ -225,40 +226,3 @@ def plainly():
         yield
     finally:
         _PLAIN.on = was
-
-
-def _tail_backward(conv, y, dz, relu=False, channels=None):
-    """(dL/dy, {variable ref: gradient}) of the linear conv z = conv(y), or of z =
-    conv(relu(y)) with `relu`, from its backprop kernels: the conv is not run again.
-    `channels` (lo, hi): y is those input channels of the conv only; the kernel's
-    gradient is then that of those rows, and the bias (the caller's) has none."""
-    strides, padding = [1, *conv.strides, 1], conv.padding.upper()
-    kernel = tf.cast(conv.kernel.value, dz.dtype)
-    if channels is not None:
-        kernel = kernel[:, :, channels[0]:channels[1], :]
-    depthwise = type(conv) is keras.layers.DepthwiseConv2D
-    backprop_filter, backprop_input = (
-        (tf.raw_ops.DepthwiseConv2dNativeBackpropFilter,
-         tf.raw_ops.DepthwiseConv2dNativeBackpropInput) if depthwise
-        else (tf.raw_ops.Conv2DBackpropFilter, tf.raw_ops.Conv2DBackpropInput))
-    dkernel = backprop_filter(
-        input=tf.nn.relu(y) if relu else y, filter_sizes=tf.shape(kernel), out_backprop=dz,
-        strides=strides, padding=padding)
-    # dL/dy after the filter gradient, so after y is rebuilt: made first (it needs
-    # only dz), it sat beside the block's second run, one more tensor of y's size.
-    with tf.control_dependencies([dkernel]):
-        dy = backprop_input(input_sizes=tf.shape(y), filter=kernel, out_backprop=dz,
-                            strides=strides, padding=padding)
-        if relu:  # from y, not relu(y): that is gone once dkernel is made
-            dy = tf.raw_ops.ReluGrad(gradients=dy, features=y)
-    grads = {conv.kernel.value.ref(): tf.cast(dkernel, conv.kernel.dtype)}
-    if conv.use_bias and channels is None:
-        # Summed in float32 for half types (TF's CPU kernels sum float16 in float16).
-        grads[conv.bias.value.ref()] = tf.cast(
-            tf.reduce_sum(tf.cast(dz, accumulator(dz.dtype)), [0, 1, 2]), conv.bias.dtype)
-    # The block's backward pass waits for the tail's gradients: dz and y are then
-    # free before it starts, instead of alive beside its working set (TF's
-    # executor ran the filter gradient last). XLA schedules by itself.
-    with tf.control_dependencies(list(grads.values())):
-        dy = tf.identity(dy)
-    return dy, grads

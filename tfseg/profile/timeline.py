@@ -1,0 +1,164 @@
+"""Where a step's time goes: one call under TensorFlow's profiler, summed by op type.
+
+`profile(fn, logdir)` runs `fn()` once (it must end by reading a value, so that the
+device has finished) between `tf.profiler.experimental.start` and `stop`, reads the
+trace TensorFlow writes (an `XSpace`, `tensorflow.tsl.profiler.protobuf.xplane_pb2`)
+and returns:
+
+- `device`: on a GPU, the kernels' time by the TensorFlow op type that launched them
+  (CUPTI's `tf_op` stat, "name:Type"), their count, and `busy_seconds`, the union of
+  the kernels' intervals on every stream: `busy_seconds / wall_seconds` is how busy the
+  card was, with no sampling. None where there is no GPU plane (the CPU).
+- `host`: the executor's op events by type (on a GPU, the time to launch each op's
+  kernels; on the CPU, the op's own work), their count and summed seconds, each op's
+  own time (a function call or a cond's branch without the ops run inside it).
+
+Each `by_type` is [[type, seconds, count], ...], longest first, the first `top` of them
+with the rest summed into one `(other)` entry. It answers what NVML's utilisation
+cannot: whether a step waits on the host (kernels fill little of the wall time while
+the host's op events fill most of it) or on a few slow kernels (one type holds much of
+the busy time). A kernel TensorFlow launched outside an op (a copy, a cuDNN helper)
+counts under `(kernel) NAME`.
+
+Example:
+
+    >>> import tensorflow as tf
+    >>> from tfseg.profile.timeline import profile
+    >>> x = tf.random.normal([1, 32, 32, 8])
+    >>> f = tf.function(lambda: tf.reduce_sum(tf.nn.relu(x)))
+    >>> _ = float(f())                      # trace and warm up outside the profile
+    >>> summary = profile(lambda: float(f()), "/tmp/tfseg_timeline")
+    >>> sorted(summary)
+    ['device', 'host', 'wall_seconds']
+"""
+
+import glob
+import os
+import time
+
+PS = 1e-12
+
+
+def profile(fn, logdir, top=15):
+    """The summary (above) of one call of `fn` under the profiler, its trace in logdir."""
+    import tensorflow as tf
+
+    tf.profiler.experimental.start(logdir)
+    try:
+        start = time.perf_counter()
+        fn()
+        wall = time.perf_counter() - start
+    finally:
+        tf.profiler.experimental.stop()
+    return {"wall_seconds": wall, **summarize(newest_space(logdir), top)}
+
+
+def newest_space(logdir):
+    """The XSpace of the newest trace written under logdir."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    paths = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+    if not paths:
+        raise FileNotFoundError(f"no *.xplane.pb under {logdir}: the profiler wrote no trace")
+    space = xplane_pb2.XSpace()
+    with open(max(paths, key=os.path.getmtime), "rb") as f:
+        space.ParseFromString(f.read())
+    return space
+
+
+def summarize(space, top=15):
+    """{"device": ..., "host": ...} of an XSpace (see the module's docstring)."""
+    gpus = [p for p in space.planes if p.name.startswith("/device:GPU:")]
+    hosts = [p for p in space.planes if p.name.startswith("/host:CPU")]
+    device = None
+    if gpus:
+        totals, intervals = {}, []
+        for plane in gpus:
+            for line in plane.lines:
+                if not line.name.startswith("Stream"):
+                    continue
+                for event in line.events:
+                    begin = line.timestamp_ns * 1000 + event.offset_ps
+                    intervals.append((begin, begin + event.duration_ps))
+                    _add(totals, kernel_type(plane, event), event.duration_ps)
+        device = {"busy_seconds": union_ps(intervals) * PS, "kernels": len(intervals),
+                  "by_type": ranked(totals, top)}
+    totals = {}
+    for plane in hosts:
+        for line in plane.lines:
+            ops = [(event.offset_ps, event.duration_ps, kind) for event in line.events
+                   if (kind := op_type(plane.event_metadata[event.metadata_id]))]
+            for kind, self_ps in self_times(ops):
+                _add(totals, kind, self_ps)
+    host = {"ops": sum(n for _, n in totals.values()),
+            "op_seconds": sum(ps for ps, _ in totals.values()) * PS,
+            "by_type": ranked(totals, top)}
+    return {"device": device, "host": host}
+
+
+def op_type(metadata):
+    """The op type of a host event named "name:Type" (its display name), else None (the
+    runtime's own events: "EagerExecute", "ThreadpoolListener::Record", ...)."""
+    if ":" not in metadata.name or "::" in metadata.name or " " in metadata.name:
+        return None
+    kind = metadata.display_name or metadata.name.rsplit(":", 1)[1]
+    return kind.split("#")[0] or None
+
+
+def kernel_type(plane, event):
+    """The op type that launched a kernel (its `tf_op` stat, "name:Type"), else
+    "(kernel) NAME"."""
+    names = {i: m.name for i, m in plane.stat_metadata.items()}
+    for stat in event.stats:
+        if names.get(stat.metadata_id) != "tf_op":
+            continue
+        value = stat.str_value or (plane.stat_metadata[stat.ref_value].name
+                                   if stat.ref_value else "")
+        value = value.split("::")[0].split("#")[0]
+        if value:
+            return value.rsplit(":", 1)[-1]
+    return "(kernel) " + plane.event_metadata[event.metadata_id].name[:60]
+
+
+def self_times(events):
+    """[(kind, self duration)] of one thread's (begin, duration, kind) events: an op that
+    runs others inside it (a function call, a cond's branch) keeps only its own time."""
+    out, stack = [], []  # stack: [end, index into out] of the enclosing events
+    for begin, duration, kind in sorted(events, key=lambda e: (e[0], -e[1])):
+        while stack and stack[-1][0] <= begin:
+            stack.pop()
+        if stack:
+            parent = stack[-1][1]
+            out[parent] = (out[parent][0], out[parent][1] - duration)
+        out.append((kind, duration))
+        stack.append((begin + duration, len(out) - 1))
+    return out
+
+
+def union_ps(intervals):
+    """The length covered by the union of [begin, end) intervals."""
+    total, reach = 0, None
+    for begin, end in sorted(intervals):
+        if reach is None or begin > reach:
+            total += end - begin
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
+
+
+def ranked(totals, top):
+    """[[type, seconds, count], ...] longest first: the first `top`, then "(other)"."""
+    rows = sorted(totals.items(), key=lambda kv: -kv[1][0])
+    out = [[kind, ps * PS, n] for kind, (ps, n) in rows[:top]]
+    rest = rows[top:]
+    if rest:
+        out.append(["(other)", sum(ps for _, (ps, _) in rest) * PS,
+                    sum(n for _, (_, n) in rest)])
+    return out
+
+
+def _add(totals, kind, duration_ps):
+    ps, n = totals.get(kind, (0, 0))
+    totals[kind] = (ps + duration_ps, n + 1)
