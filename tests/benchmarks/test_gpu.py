@@ -62,9 +62,11 @@ def test_the_cpu_dry_run_runs_every_piece_and_writes_the_table(tmp_path):
         result = row["result"]
         assert result["device"] == "CPU:0" and result["peak_over_base_bytes"] > 0, key
         assert result["gpu_utilisation_percent"] is None  # no NVML on the CPU
-        # One more step under the profiler: the host's op time by type, no GPU plane.
+        # One more step under the profiler: the host's op time by type, no GPU plane
+        # (under XLA the step is one compiled cluster).
         profile = result["profile"]
-        assert profile["device"] is None and profile["host"]["ops"] > 100, key
+        assert profile["device"] is None, key
+        assert profile["host"]["ops"] >= (1 if key[1].endswith("_xla") else 100), key
         assert 0 < profile["host"]["op_seconds"] <= 2 * profile["wall_seconds"], key
     stock, saving = rows[("513x513 b2", "stock")], rows[("513x513 b2", "memory_saving")]
     assert saving["result"]["peak_over_base_bytes"] < stock["result"]["peak_over_base_bytes"]
