@@ -134,7 +134,7 @@ def rows(args):
     if args.cpu:  # and one norm row
         norms = [r for r in out if "=" in r[1]][-1:]
         out = [r for r in out if r[:2] in CPU_ROWS] + norms
-    if args.rows:  # "SIZE:NAME" or "NAME" (every size), in the order given
+    if args.rows is not None:  # "SIZE:NAME" or "NAME" (every size), in the order given
         out = [r for want in args.rows for r in out if want in (r[1], f"{r[0]}:{r[1]}")]
     return [(size, name, step.to_json(), layout) for size, name, step, layout in out]
 
@@ -272,8 +272,9 @@ def main(argv=None):
     parser.add_argument("--norm_setting", default="",
                         help="the setting choosing the batch-norm twin's form")
     parser.add_argument("--rows", nargs="*", default=None,
-                        help="only these rows, in this order: NAME (every size) or SIZE:NAME, "
-                             "e.g. '1024x2048 b1:stock' memory_saving")
+                        help="only these rows, in this order: NAME (every size) or "
+                             "SIZE:NAME, e.g. '1024x2048 b1:stock' memory_saving; none "
+                             "given: the parity checks only")
     parser.add_argument("--parity", nargs="*", default=None,
                         choices=("float64", "float32_tf32_off", "float32"),
                         help="which parity checks (default: all three; --cpu: the first two)")

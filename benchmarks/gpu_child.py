@@ -66,9 +66,15 @@ def parity(spec):
         variants.append(("memory_saving_grouped",
                          dict(memory_saving=True, depthwise_kernel="grouped")))
     for name, changes in variants:
-        twin = builders.model(config.replace(**changes), num_classes=5)
-        memory.copy_weights(stock, twin)
-        got = gradients(twin)
+        try:
+            twin = builders.model(config.replace(**changes), num_classes=5)
+            memory.copy_weights(stock, twin)
+            got = gradients(twin)
+        except tf.errors.OpError as error:  # a kernel the card lacks (float64 grouped?)
+            if name != "memory_saving_grouped":
+                raise
+            errors[name] = str(error).strip().splitlines()[0][:200]
+            continue
         errors[name] = max(float(np.abs(got[p] - g).max()) for p, g in want.items()) / scale
     # TF32 applies on a GPU from Ampere on, unless NVIDIA_TF32_OVERRIDE=0.
     tf32 = device.name() != "CPU:0" and os.environ.get("NVIDIA_TF32_OVERRIDE") != "0"

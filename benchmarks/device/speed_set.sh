@@ -3,11 +3,12 @@
 # Every stage writes its results under OUT as it goes, so a call cut short keeps them.
 #   bash benchmarks/device/speed_set.sh SECONDS [STAGE,...]   # budget for the stages named
 #   bash benchmarks/device/speed_set.sh 420 first    # call 1: full, torch, loop
-#   bash benchmarks/device/speed_set.sh 360 second   # call 2, warm machine: xla, bf16, dilated, largest
+#   bash benchmarks/device/speed_set.sh 360 second   # call 2, warm machine: xla, bf16, dilated,
+#                                                    # parity, largest
 # A task's device time is 15 minutes: the install's calls (about a minute), then these two.
 # Each stage is capped; in the second call the largest batch runs only if time is left.
 # Stages, each bounded by what is left:
-#   full     memory saving (TF's depthwise kernels, then grouped convs) and stock at 1024x2048
+#   full     memory saving, stock, and memory saving with grouped depthwise convs at 1024x2048
 #            b1 (benchmarks/gpu.py); each process's
 #            first step is the warm start, the second reading the driver's cache the first filled;
 #            one more step of each profiled: its time by op type (tfseg.profile.timeline)
@@ -16,11 +17,12 @@
 #   xla      the whole step compiled, memory saving and stock
 #   bf16     memory saving in mixed_bfloat16, Grappler's layout optimizer on and off
 #   dilated  the depthwise conv's forms alone, ASPP's and the backbone's (benchmarks/dilated.py)
+#   parity   the twins' gradients against stock's, TF32 off, the grouped form's too (gpu.py)
 #   largest  the largest batch at 1024x2048 under --memory_budget_gb=22, measured (report)
 set -u
 BUDGET=${1:-540}; START=$(date +%s); OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-STAGES=${2:-full,torch,loop,xla,bf16,dilated,largest}
-STAGES=${STAGES/first/full,torch,loop}; STAGES=${STAGES/second/xla,bf16,dilated,largest}
+STAGES=${2:-full,torch,loop,xla,bf16,dilated,parity,largest}
+STAGES=${STAGES/first/full,torch,loop}; STAGES=${STAGES/second/xla,bf16,dilated,parity,largest}
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 . /tmp/tfenv.sh
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
@@ -35,8 +37,8 @@ stage() {  # stage NAME CAP command...: runs the command for at most min(CAP, wh
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,power.limit --format=csv,noheader \
   | tee "$OUT/stages.txt"
 stage full 170 python3 benchmarks/gpu.py --repeats 1 --parity --max_minutes 2.75 --profile \
-  --out_dir "$OUT/full" --rows '1024x2048 b1:memory_saving' '1024x2048 b1:memory_saving_grouped' \
-  '1024x2048 b1:stock'
+  --out_dir "$OUT/full" --rows '1024x2048 b1:memory_saving' '1024x2048 b1:stock' \
+  '1024x2048 b1:memory_saving_grouped'
 stage torch 140 python3 benchmarks/peers/torch_deeplab.py --sizes 1024x2048x1 --steps 8 \
   --rows bf16_cl_compile bf16_cl_ckpt fp32_tf32 --no_params --out "$OUT/torch_deeplab.jsonl" \
   --max_seconds 135
@@ -50,6 +52,9 @@ stage xla 220 python3 benchmarks/gpu.py --repeats 1 --parity --max_minutes 3.6 \
 stage bf16 100 python3 benchmarks/gpu.py --repeats 1 --max_minutes 1.6 --out_dir "$OUT/bf16" \
   --rows '1024x2048 b1:memory_saving_bf16' '1024x2048 b1:memory_saving_bf16_layout_off'
 stage dilated 60 python3 benchmarks/dilated.py --steps 5 --out "$OUT/dilated.jsonl"
+# The twins' gradients against stock's on the GPU's kernels, TF32 off, the grouped form's too.
+stage parity 60 python3 benchmarks/gpu.py --repeats 1 --rows --parity float32_tf32_off \
+  --out_dir "$OUT/parity"
 stage largest 240 python3 main.py --mode=report --model_dir "$OUT/largest" --crop_size=1024,2048 \
   --batch_size=1 --width_multiplier=1 --middle_repeats=16 --memory_budget_gb=22 \
   --report_variants=stock,memory_saving,recompute --report_repeats=1 --report_max_minutes=3.5

@@ -100,6 +100,8 @@ def test_rows_and_parity_choose_the_measurements_in_the_order_given():
     chosen = [(size, name) for size, name, _, _ in gpu.rows(args)]
     assert chosen == [("1024x2048 b1", "recompute"), ("513x513 b2", "stock"),
                       ("1024x2048 b1", "stock")]
+    args.rows = []  # `--rows` with none: the parity checks alone (speed_set's parity stage)
+    assert gpu.rows(args) == []
     assert [s["dtype"] for s, _ in gpu.parity_specs(args)] == ["float64", "float32", "float32"]
     args.parity = ["float32_tf32_off"]
     assert gpu.parity_specs(args) == [({"dtype": "float32", "size": [129, 193],

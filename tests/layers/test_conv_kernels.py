@@ -21,7 +21,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 @pytest.mark.parametrize("rate", [1, 2])
 def test_the_native_form_is_tfs_depthwise_conv(rate):
     """float64, stride 1 "same": forward and both gradients equal autodiff of
-    `tf.nn.depthwise_conv2d` (the grouped form's gradient needs oneDNN: below)."""
+    `tf.nn.depthwise_conv2d` (dilated: its space-to-batch form, which the twin then
+    differentiates; the grouped form's maths: below)."""
     x = tf.constant(np.random.RandomState(0).randn(2, 9, 13, 5))
     k = tf.constant(np.random.RandomState(1).randn(3, 3, 5, 1))
     dy = tf.constant(np.random.RandomState(2).randn(2, 9, 13, 5))
@@ -38,6 +39,7 @@ def test_the_native_form_is_tfs_depthwise_conv(rate):
                                    rtol=1e-12)
 
 
+@pytest.mark.skipif(bool(tf.config.list_logical_devices("GPU")), reason="a GPU runs it")
 def test_grouped_without_a_gpu_is_refused_before_anything_runs():
     """TF's CPU kernels have no grouped-conv gradient (oneDNN's not for every twin): the
     step would fail at its first gradient, so the build refuses in one line."""
@@ -47,6 +49,7 @@ def test_grouped_without_a_gpu_is_refused_before_anything_runs():
     try:
         with pytest.raises(InputError, match=r"^--depthwise_kernel=grouped runs on a GPU"):
             builders.model(config, num_classes=3)
+        assert conv_kernels.form() == "auto"  # refused before the form is set
     finally:
         conv_kernels.use("auto")
     with pytest.raises(ValueError, match="depthwise kernel form"):

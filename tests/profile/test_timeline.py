@@ -20,8 +20,8 @@ def test_a_training_step_is_summed_by_op_type(tmp_path):
     assert any("DepthwiseConv2dNative" in kind for kind in kinds), sorted(kinds)
     assert any("BackpropFilter" in kind for kind in kinds), sorted(kinds)
     assert host["ops"] == sum(count for _, count in kinds.values()) > 100
-    # Self times: nested ops (the step's cond) are not counted twice, so the executor's
-    # ops fit in the step's wall time on 2 threads with room for the runtime's own work.
+    # The executor's ops fit in the step's wall time on its 2 threads (self times:
+    # test_self_times_leave_an_enclosing_op_its_own_time).
     assert 0 < host["op_seconds"] <= 2 * summary["wall_seconds"]
     assert all(seconds >= 0 for seconds, _ in kinds.values())
 
@@ -55,11 +55,17 @@ def test_a_kernel_is_named_by_the_op_that_launched_it():
     launched = line.events.add(metadata_id=7, offset_ps=0, duration_ps=4000)
     launched.stats.add(metadata_id=1, ref_value=2)
     line.events.add(metadata_id=8, offset_ps=2000, duration_ps=4000)
+    # An XLA kernel: its HLO op names it (its tf_op is the whole compiled cluster's).
+    plane.stat_metadata[3].name = "hlo_op"
+    plane.event_metadata[9].name = "loop_fusion_kernel"
+    xla = line.events.add(metadata_id=9, offset_ps=10000, duration_ps=1000)
+    xla.stats.add(metadata_id=3, str_value="fusion.12")
+    xla.stats.add(metadata_id=1, ref_value=2)
 
     device = timeline.summarize(space)["device"]
-    assert device["kernels"] == 2 and abs(device["busy_seconds"] - 6e-9) < 1e-18
+    assert device["kernels"] == 3 and abs(device["busy_seconds"] - 7e-9) < 1e-18
     assert [row[0] for row in device["by_type"]] == ["DepthwiseConv2dNative",
-                                                    "(kernel) cudnn::gemm"]
+                                                    "(kernel) cudnn::gemm", "XLA fusion"]
 
 def test_profile_without_a_trace_names_the_folder(tmp_path):
     try:

@@ -48,8 +48,9 @@ class Run:
     depthwise_kernel: str = setting(
         "auto", "--memory_saving's depthwise convs: native runs TensorFlow's depthwise "
         "kernels, grouped the same conv as a Conv2D with one group per channel (cuDNN's "
-        "grouped convolution, dilated without a space-to-batch copy; GPU only); both match "
-        "stock. auto: native, until a GPU measures grouped (benchmarks/dilated.py).")
+        "grouped convolution, dilated without a space-to-batch copy; GPU only, checked "
+        "against stock by benchmarks/gpu.py's parity). auto: native, until a GPU measures "
+        "grouped (benchmarks/dilated.py).")
     checkpoint_every: int = setting(250, "Steps between checkpoints.")
     keep_checkpoints: int = setting(3, "Checkpoints kept.")
     log_every: int = setting(25, "Steps between progress lines and summaries.")

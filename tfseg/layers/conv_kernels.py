@@ -7,11 +7,12 @@ one group per channel (the kernel [kh, kw, C, 1] read as [kh, kw, 1, C]: channel
 group c's filter), which a GPU runs in cuDNN's grouped convolution in every dtype,
 dilated by the conv itself rather than by a space-to-batch copy. On a CPU it does not
 run: TensorFlow's own kernels have no grouped-conv gradient, and oneDNN's take no
-dilation, no explicit padding and not every graph the twins make (measured here).
+explicit padding, and its graph pass left some of the twins' grouped gradients (inside
+`Recompute` blocks' backward passes) to TensorFlow's kernels (each seen here).
 
 `--depthwise_kernel` (`use`): "native" TensorFlow's kernels; "grouped" the grouped conv
-on a GPU, wherever the depth multiplier is 1; "auto" the measured choice: native, the only form
-measured in the step so far. `benchmarks/dilated.py` times both alone at the network's
+on a GPU, wherever the depth multiplier is 1; "auto" the measured choice: native, the
+only form measured in the step so far. `benchmarks/dilated.py` times both alone at the network's
 shapes (the GPU speed set's `dilated` stage), which is what would make "auto" grouped on a
 GPU: reasoned, not measured, until then.
 
@@ -22,10 +23,7 @@ again as they are, keep TensorFlow's kernels.
 
 Example:
 
-    >>> import keras
-import tensorflow as tf
-
-from tfseg.layers.dilated import accumulator
+    >>> import tensorflow as tf
     >>> from tfseg.layers import conv_kernels
     >>> x, k = tf.ones([1, 5, 7, 4]), tf.ones([3, 3, 4, 1])
     >>> y = conv_kernels.forward(x, k, [1, 1, 1, 1], "SAME", grouped=False)
@@ -55,9 +53,7 @@ def form():
 
 
 def has_grouped_gradient():
-    """Whether the grouped form runs here: on a GPU (cuDNN). TensorFlow's own CPU kernels
-    have no grouped-conv gradient, and oneDNN's take no dilation, no explicit padding and
-    not every graph the twins make."""
+    """Whether the grouped form runs here: on a GPU (cuDNN); not on a CPU (above)."""
     return bool(tf.config.list_logical_devices("GPU"))
 
 
@@ -94,8 +90,9 @@ def input_grad(shape, kernel, dy, strides, padding, explicit=(), dilations=(1, 1
     if grouped:
         static = tf.get_static_value(shape)  # constant where known: as for `filter_grad`
         return tf.raw_ops.Conv2DBackpropInput(
-            input_sizes=shape if static is None else [int(d) for d in static], filter=_as_groups(kernel), out_backprop=dy, strides=strides,
-            padding=padding, explicit_paddings=list(explicit), dilations=_rates(dilations))
+            input_sizes=shape if static is None else [int(d) for d in static],
+            filter=_as_groups(kernel), out_backprop=dy, strides=strides, padding=padding,
+            explicit_paddings=list(explicit), dilations=_rates(dilations))
     return tf.raw_ops.DepthwiseConv2dNativeBackpropInput(
         input_sizes=shape, filter=kernel, out_backprop=dy, strides=strides, padding=padding,
         explicit_paddings=list(explicit))

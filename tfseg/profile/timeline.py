@@ -6,9 +6,10 @@ trace TensorFlow writes (an `XSpace`, `tensorflow.tsl.profiler.protobuf.xplane_p
 and returns:
 
 - `device`: on a GPU, the kernels' time by the TensorFlow op type that launched them
-  (CUPTI's `tf_op` stat, "name:Type"), their count, and `busy_seconds`, the union of
-  the kernels' intervals on every stream: `busy_seconds / wall_seconds` is how busy the
-  card was, with no sampling. None where there is no GPU plane (the CPU).
+  (CUPTI's `tf_op` stat, "name:Type"; under XLA, by the HLO op's kind), their count,
+  and `busy_seconds`, the union of the kernels' intervals on every stream:
+  `busy_seconds / wall_seconds` is how busy the card was, with no sampling. None
+  where there is no GPU plane (the CPU).
 - `host`: the executor's op events by type (on a GPU, the time to launch each op's
   kernels; on the CPU, the op's own work), their count and summed seconds, each op's
   own time (a function call or a cond's branch without the ops run inside it).
@@ -74,13 +75,15 @@ def summarize(space, top=15):
     if gpus:
         totals, intervals = {}, []
         for plane in gpus:
+            ids = {m.name: i for i, m in plane.stat_metadata.items()
+                   if m.name in ("tf_op", "hlo_op")}
             for line in plane.lines:
                 if not line.name.startswith("Stream"):
                     continue
                 for event in line.events:
                     begin = line.timestamp_ns * 1000 + event.offset_ps
                     intervals.append((begin, begin + event.duration_ps))
-                    _add(totals, kernel_type(plane, event), event.duration_ps)
+                    _add(totals, kernel_type(plane, event, ids), event.duration_ps)
         device = {"busy_seconds": union_ps(intervals) * PS, "kernels": len(intervals),
                   "by_type": ranked(totals, top)}
     totals = {}
@@ -105,18 +108,21 @@ def op_type(metadata):
     return kind.split("#")[0] or None
 
 
-def kernel_type(plane, event):
-    """The op type that launched a kernel (its `tf_op` stat, "name:Type"), else
-    "(kernel) NAME"."""
-    names = {i: m.name for i, m in plane.stat_metadata.items()}
+def kernel_type(plane, event, ids):
+    """The op type that launched a kernel: for XLA's, "XLA " and its HLO op's kind (the
+    `hlo_op` stat, "fusion.12" -> "XLA fusion"); else the TensorFlow op's type (`tf_op`,
+    "name:Type"); else "(kernel) NAME". `ids`: the plane's {stat name: id} of the two."""
+    values = {}
     for stat in event.stats:
-        if names.get(stat.metadata_id) != "tf_op":
-            continue
-        value = stat.str_value or (plane.stat_metadata[stat.ref_value].name
-                                   if stat.ref_value else "")
-        value = value.split("::")[0].split("#")[0]
-        if value:
-            return value.rsplit(":", 1)[-1]
+        for name, i in ids.items():
+            if stat.metadata_id == i:
+                values[name] = stat.str_value or (plane.stat_metadata[stat.ref_value].name
+                                                  if stat.ref_value else "")
+    if values.get("hlo_op"):
+        return "XLA " + values["hlo_op"].split(".")[0]
+    op = values.get("tf_op", "").split("::")[0].split("#")[0]
+    if op:
+        return op.rsplit(":", 1)[-1]
     return "(kernel) " + plane.event_metadata[event.metadata_id].name[:60]
 
 

@@ -55,11 +55,11 @@ def model(config, num_classes, norm=None, training=False, **overrides):
     ``backbone_weights`` loaded) and passed as ``deeplab_v3_plus``'s ``backbone``.
     """
     fused_norm.use(config.run.fused_norm)  # the batch-norm twins' form, read as they trace
-    conv_kernels.use(config.run.depthwise_kernel)  # and the depthwise twins'
-    if conv_kernels.form() == "grouped" and not conv_kernels.has_grouped_gradient():
+    if config.run.depthwise_kernel == "grouped" and not conv_kernels.has_grouped_gradient():
         raise InputError("--depthwise_kernel=grouped runs on a GPU (cuDNN's grouped "
                          "convolution); TensorFlow sees none here, and its CPU kernels have no "
                          "grouped-conv gradient: give --depthwise_kernel=native or auto")
+    conv_kernels.use(config.run.depthwise_kernel)  # and the depthwise twins'
     kwargs = dataclasses.asdict(config.model)
     name, weights = kwargs.pop("backbone"), kwargs.pop("backbone_weights")
     shards = kwargs.pop("class_shards")
