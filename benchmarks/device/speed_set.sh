@@ -3,7 +3,7 @@
 # Every stage writes its results under OUT as it goes, so a call cut short keeps them.
 #   bash benchmarks/device/speed_set.sh SECONDS [STAGE,...]   # budget for the stages named
 #   bash benchmarks/device/speed_set.sh 420 first    # call 1: full, torch, loop
-#   bash benchmarks/device/speed_set.sh 360 second   # call 2, warm machine: xla, bf16, dilated,
+#   bash benchmarks/device/speed_set.sh 360 second   # call 2, warm machine: xla, dilated, bf16,
 #                                                    # parity, largest
 # A task's device time is 15 minutes: the install's calls (about a minute), then these two.
 # Each stage is capped; in the second call the largest batch runs only if time is left.
@@ -14,15 +14,15 @@
 #            one more step of each profiled: its time by op type (tfseg.profile.timeline)
 #   torch    the PyTorch peer on the same card (benchmarks/peers/torch_deeplab.py)
 #   loop     the real loop, `tfseg --mode=train` on PNG files (benchmarks/gpu_loop.py)
-#   xla      the whole step compiled, memory saving and stock
-#   bf16     memory saving in mixed_bfloat16, Grappler's layout optimizer on and off
+#   xla      the whole step compiled at 513x513 b2, memory saving (profiled) and stock
 #   dilated  the depthwise conv's forms alone, ASPP's and the backbone's (benchmarks/dilated.py)
+#   bf16     memory saving in mixed_bfloat16, Grappler's layout optimizer on and off
 #   parity   the twins' gradients against stock's, TF32 off, the grouped form's too (gpu.py)
 #   largest  the largest batch at 1024x2048 under --memory_budget_gb=22, measured (report)
 set -u
 BUDGET=${1:-540}; START=$(date +%s); OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-STAGES=${2:-full,torch,loop,xla,bf16,dilated,parity,largest}
-STAGES=${STAGES/first/full,torch,loop}; STAGES=${STAGES/second/xla,bf16,dilated,parity,largest}
+STAGES=${2:-full,torch,loop,xla,dilated,bf16,parity,largest}
+STAGES=${STAGES/first/full,torch,loop}; STAGES=${STAGES/second/xla,dilated,bf16,parity,largest}
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 . /tmp/tfenv.sh
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
@@ -46,12 +46,15 @@ stage torch 140 python3 benchmarks/peers/torch_deeplab.py --sizes 1024x2048x1 --
 STEP=$(python3 -c "import json; r=[r for r in json.load(open('$OUT/full/gpu.json'))['rows'] if r['name']=='memory_saving' and r['result']]; print('fullres=%s' % r[0]['result']['step_seconds'] if r else '')" 2>/dev/null)
 stage loop 110 python3 benchmarks/gpu_loop.py --out "$OUT/gpu_loop.jsonl" --max_seconds 105 \
   --flag=--norm=batch ${STEP:+--step_seconds $STEP}
-# XLA compiles the whole step for minutes (over 225 s on an H200, 2026-11-28): last but one.
-stage xla 220 python3 benchmarks/gpu.py --repeats 1 --parity --max_minutes 3.6 \
-  --out_dir "$OUT/xla" --rows '1024x2048 b1:memory_saving_xla' '1024x2048 b1:stock_xla'
-stage bf16 100 python3 benchmarks/gpu.py --repeats 1 --max_minutes 1.6 --out_dir "$OUT/bf16" \
-  --rows '1024x2048 b1:memory_saving_bf16' '1024x2048 b1:memory_saving_bf16_layout_off'
+# XLA at 513x513 b2, where the uncompiled step leaves the card idle most (the op-by-op
+# executor) and XLA's fusion has the most to win: at 1024x2048 its compilation of the whole
+# step was still running 225 s in (an H200, 2026-11-28), over the stage.
+stage xla 200 python3 benchmarks/gpu.py --repeats 1 --parity --max_minutes 3.2 --profile \
+  --out_dir "$OUT/xla" --rows '513x513 b2:memory_saving_xla' '513x513 b2:memory_saving' \
+  '513x513 b2:stock_xla'
 stage dilated 60 python3 benchmarks/dilated.py --steps 5 --out "$OUT/dilated.jsonl"
+stage bf16 90 python3 benchmarks/gpu.py --repeats 1 --max_minutes 1.4 --out_dir "$OUT/bf16" \
+  --rows '1024x2048 b1:memory_saving_bf16' '1024x2048 b1:memory_saving_bf16_layout_off'
 # The twins' gradients against stock's on the GPU's kernels, TF32 off, the grouped form's too.
 stage parity 60 python3 benchmarks/gpu.py --repeats 1 --rows --parity float32_tf32_off \
   --out_dir "$OUT/parity"
