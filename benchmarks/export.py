@@ -108,6 +108,7 @@ def runners(export_dir, model, quantised, threads):
     import onnxruntime
     import tensorflow as tf
 
+    from tfseg.deploy import tflite
     from tfseg.models import normalize
 
     keras_fn = tf.function(lambda x: tf.argmax(model(normalize(x), training=False), -1))
@@ -118,7 +119,7 @@ def runners(export_dir, model, quantised, threads):
                             lambda x: serving(image=tf.constant(x))["classes"].numpy())}
 
     def tflite_runner(path):
-        runner = tf.lite.Interpreter(model_path=path, num_threads=threads).get_signature_runner()
+        runner = tflite.interpreter(path, num_threads=threads).get_signature_runner()
         return lambda x: runner(image=x)["classes"]
 
     rows["tflite float32"] = (os.path.join(export_dir, "model.tflite"),

@@ -72,3 +72,16 @@ def test_a_whole_file_damaged_inside_is_one_line_before_any_image(tmp_path):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert len(lines) == 1 and re.match(why.replace("^", "^tfseg: error: "), lines[0]), lines
     assert not (tmp_path / "out").exists()
+
+
+def test_opening_a_file_shows_no_deprecation_lines(whole):
+    """TF 2.21's interpreter warned in six lines (its successor is LiteRT's) before every
+    prediction's output; tfseg opens it without them."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tflite.interpreter(str(whole)).allocate_tensors()
+        tf.lite.Interpreter(model_path=str(whole))  # TF's own still warns: the test can fail
+    messages = [str(w.message) for w in caught]
+    assert len([m for m in messages if "deprecated" in m]) == 1, messages

@@ -15,6 +15,7 @@ Example::
 import math
 import os
 import struct
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -143,6 +144,16 @@ def runs(path, signature):
                          f"on a zero image: {first[:200]}); export it again") from None
 
 
+def interpreter(path, **kwargs):
+    """TF's `tf.lite.Interpreter` of the file at `path`. Its six-line deprecation warning
+    (LiteRT's `ai_edge_litert` is its successor) is not shown: TF 2.21, which tfseg pins,
+    has the interpreter, and the lines came before every prediction's output."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"\s*Warning: tf.lite.Interpreter is deprecated",
+                                category=UserWarning)
+        return tf.lite.Interpreter(model_path=path, **kwargs)
+
+
 @runner("tflite", accepts=lambda path: path.endswith(".tflite") and os.path.isfile(path))
 def open_file(path):
     """Class ids at the image's size: resized to the file's input size (bilinear), run,
@@ -150,7 +161,7 @@ def open_file(path):
     file is checked first (`check`), then its signature (``registry.require_exported``),
     then run once on a zero image (`runs`)."""
     check(path)
-    signature = tf.lite.Interpreter(model_path=path).get_signature_runner()
+    signature = interpreter(path).get_signature_runner()
     require_exported(path, _tensors(signature.get_input_details()),
                      _tensors(signature.get_output_details()))
     runs(path, signature)
