@@ -5,7 +5,7 @@ import keras
 import pytest
 
 from tests.conftest import TINY
-from tfseg.memory.matchers import Graph
+from tfseg.memory.graph import Graph
 from tfseg.models import deeplab_v3_plus
 from tfseg.split import parts
 from tfseg.split.parts import SKIP_FRACTION

@@ -4,7 +4,7 @@ runs the rules (`tfseg.memory.rules`) over its graph."""
 import keras
 
 from tfseg.memory import block_rules, conv_rules, nested_rules, norm_rules  # noqa: F401
-from tfseg.memory.matchers import Graph, as_functional, nested_model
+from tfseg.memory.graph import Graph, as_functional, nested_model
 from tfseg.memory.options import of
 from tfseg.memory.rules import RULES, Changes, Finding
 

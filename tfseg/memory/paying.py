@@ -13,8 +13,8 @@ import dataclasses
 
 import tensorflow as tf
 
+from tfseg.memory.graph import as_functional
 from tfseg.memory.kept import step_kept_bytes
-from tfseg.memory.matchers import as_functional
 from tfseg.memory.options import of
 from tfseg.memory.patterns import changes
 from tfseg.memory.rewrite import rewrite

@@ -6,9 +6,9 @@ import logging
 import keras
 
 from tfseg.layers import Recompute, SerialBranches
+from tfseg.memory.graph import as_functional, nested_model
 from tfseg.memory.inside import same_names, same_scope, seed_states
 from tfseg.memory.options import of
-from tfseg.memory.matchers import as_functional, nested_model
 from tfseg.memory.patterns import Graph, changes, cut
 
 log = logging.getLogger("tfseg.memory")
@@ -71,7 +71,7 @@ def rewrite(model, options=None, *, recompute=None, recompute_layer=Recompute):
 
 
 class _Builder:
-    """Builds the rewritten graph of `graph` (a `matchers.Graph`) from `summary` (its
+    """Builds the rewritten graph of `graph` (a `graph.Graph`) from `summary` (its
     `Changes`); the builder the plans (`tfseg.memory.plans`) call back."""
 
     def __init__(self, graph, summary, options, recompute_layer):

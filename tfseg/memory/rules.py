@@ -24,7 +24,7 @@ Rules live in `conv_rules.py`, `norm_rules.py`, `nested_rules.py` and `block_rul
 
 import dataclasses
 
-from tfseg.memory.matchers import Graph
+from tfseg.memory.graph import Graph
 from tfseg.memory.options import RewriteOptions
 
 __all__ = ["Changes", "Finding", "RULES", "record", "rule"]

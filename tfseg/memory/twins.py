@@ -47,7 +47,7 @@ def stateless_twin(layer):
 
 def fusable_conv(graph, layer, fuse_relu_depthwise, fuse_relu_conv):
     """The twin that can take a ReLU into `layer`, a conv called once in `graph`
-    (`tfseg.memory.matchers.Graph`), or None."""
+    (`tfseg.memory.graph.Graph`), or None."""
     if type(layer) not in (keras.layers.DepthwiseConv2D, keras.layers.Conv2D):
         return None
     if graph.shared(layer) or layer.data_format != "channels_last" or tuned(layer):

@@ -17,7 +17,7 @@ import math
 
 import tensorflow as tf
 
-from tfseg.memory.matchers import Graph
+from tfseg.memory.graph import Graph
 
 SKIP_FRACTION = 8
 

@@ -11,7 +11,7 @@ buys memory, not speed. No scheduler, no pipeline.
 import keras
 import tensorflow as tf
 
-from tfseg.memory.matchers import Graph
+from tfseg.memory.graph import Graph
 
 
 def device_names(devices):
