@@ -78,7 +78,7 @@ def forward(t, kernel, strides, padding, explicit=(), dilations=(1, 1), grouped=
         return tf.raw_ops.Conv2D(input=t, filter=_as_groups(kernel), strides=strides,
                                  padding=padding, explicit_paddings=list(explicit),
                                  dilations=_rates(dilations))
-    if tuple(dilations) != (1, 1):  # TF's CPU kernel takes no dilation: space-to-batch
+    if tuple(dilations) != (1, 1):  # as stock Keras runs it: space-to-batch
         return tf.nn.depthwise_conv2d(t, kernel, strides, padding, dilations=dilations)
     return tf.raw_ops.DepthwiseConv2dNative(input=t, filter=kernel, strides=strides,
                                             padding=padding, explicit_paddings=list(explicit))
@@ -101,8 +101,9 @@ def input_grad(shape, kernel, dy, strides, padding, explicit=(), dilations=(1, 1
 def filter_grad(t, shape, dy, strides, padding, explicit=(), dilations=(1, 1), grouped=True):
     """The gradient of `forward`'s kernel of `shape` ([kh, kw, C, 1] when grouped)."""
     if grouped:
-        # A constant size where the kernel's shape is static: oneDNN's graph pass takes the
-        # grouped gradient only then (TF's own CPU kernel refuses it).
+        # A constant size where the kernel's shape is static: oneDNN's graph pass rewrites
+        # the op to its grouped kernel only then (the CPU's check of this maths, in
+        # tests/layers/test_conv_kernels.py; TF's own CPU kernel refuses it).
         static = tf.get_static_value(shape)
         groups = ([int(static[0]), int(static[1]), 1, int(static[2] * static[3])]
                   if static is not None else tf.stack([shape[0], shape[1], 1, shape[2] * shape[3]]))
