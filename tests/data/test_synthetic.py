@@ -81,13 +81,73 @@ def test_processes_writing_at_once_make_one_complete_set(tmp_path, synthetic_roo
     assert sorted(os.listdir(tmp_path / "data")) == ["synthetic"]  # no staging folder left
 
 
-def test_a_partial_set_is_rewritten_and_other_files_kept(tmp_path, synthetic_root):
-    root = tmp_path / "synthetic"
-    (root / "leftImg8bit" / "train" / "synth0").mkdir(parents=True)
-    (root / "leftImg8bit" / "train" / "synth0" / "stray_leftImg8bit.png").write_bytes(b"half")
-    (root / "tfrecords").mkdir()
-    (root / "tfrecords" / "train.json").write_text("{}")
+# Each layout a reader registers, as the few entries a user's copy of it starts with.
+LAYOUTS = {
+    "cityscapes": ("leftImg8bit/train/aachen/a_leftImg8bit.png", "gtFine/train/aachen/x.png"),
+    "voc": ("JPEGImages/2007_000032.jpg", "SegmentationClass/2007_000032.png"),
+    "camvid": ("class_dict.csv", "train/0001TP_006690.png"),
+    "ade20k": ("images/training/a.jpg", "annotations/training/a.png"),
+    "folder": ("classes.txt", "train/images/a.jpg", "train/masks/a.png"),
+}
+
+
+def _user_files(root, relative):
+    files = {}
+    for i, name in enumerate(relative):
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"the user's %d" % i)
+        files[path] = path.read_bytes()
+    return files
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_data_set_in_the_folder_is_refused_naming_its_layout_and_kept(tmp_path, layout):
+    """--dataset left at synthetic with --data_dir on the user's data set: refused in one
+    line that names the folder and the --dataset that reads it; every file stays."""
+    root = tmp_path / "mydata"
+    files = _user_files(root, LAYOUTS[layout])
+    with pytest.raises(InputError) as error:
+        write_synthetic_cityscapes(str(root), 6, 3, 48, 80, seed=3)
+    message = str(error.value)
+    assert message.startswith(f"--data_dir: {root} holds ") and "\n" not in message
+    assert f"it looks like a {layout} data set: pass --dataset={layout}" in message
+    assert {p: p.read_bytes() for p in files} == files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mydata"]  # no staging left
+
+
+def test_a_folder_of_other_files_is_refused_and_kept(tmp_path):
+    root = tmp_path / "photos"
+    files = _user_files(root, ("holiday.jpg", "notes/a.txt"))
+    with pytest.raises(InputError, match=r"holds holiday.jpg, notes and no synthetic set.*"
+                                         r"pass --dataset=NAME"):
+        write_synthetic_cityscapes(str(root), 6, 3, 48, 80, seed=3)
+    assert {p: p.read_bytes() for p in files} == files
+
+
+def test_an_empty_folder_takes_the_set_and_a_file_is_refused(tmp_path, synthetic_root):
+    root = tmp_path / "empty"
+    root.mkdir()
     write_synthetic_cityscapes(str(root), 6, 3, 48, 80, seed=3)
     assert len(cityscapes.files(str(root), "train")) == 6
-    assert not (root / "leftImg8bit" / "train" / "synth0" / "stray_leftImg8bit.png").exists()
-    assert (root / "tfrecords" / "train.json").read_text() == "{}"
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(InputError, match="is a file, not a folder"):
+        write_synthetic_cityscapes(str(tmp_path / "afile"), 6, 3, 48, 80, seed=3)
+    assert (tmp_path / "afile").read_text() == "x"
+
+
+def test_files_that_appear_while_the_set_is_written_are_kept(tmp_path, monkeypatch):
+    """Another program fills the folder between the check and the rename: refused."""
+    root = tmp_path / "racy"
+    real = synthetic._write
+
+    def write_then_user_arrives(staging, params):
+        real(staging, params)
+        _user_files(root, LAYOUTS["cityscapes"])
+
+    monkeypatch.setattr(synthetic, "_write", write_then_user_arrives)
+    with pytest.raises(InputError, match="pass --dataset=cityscapes"):
+        write_synthetic_cityscapes(str(root), 6, 3, 48, 80, seed=3)
+    assert sorted(os.listdir(root)) == ["gtFine", "leftImg8bit"]
+    assert (root / LAYOUTS["cityscapes"][0]).read_bytes() == b"the user's 0"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["racy"]

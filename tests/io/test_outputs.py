@@ -230,3 +230,65 @@ def test_a_folder_files_cannot_be_written_in_is_refused_naming_its_flag(tmp_path
         pytest.skip(f"{UNWRITABLE} is writable here")
     with pytest.raises(InputError, match=rf"^--report_dir: cannot write in {UNWRITABLE}: "):
         outputs.require_writable(f"{UNWRITABLE}/tfseg/report", "--report_dir")
+
+
+CLAIMANT = textwrap.dedent("""
+    import importlib.util, os, sys
+    spec = importlib.util.spec_from_file_location("outputs", sys.argv[1])
+    outputs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(outputs)
+    out = sys.argv[2]
+    with outputs.claimed(out, "--output_dir", False, "a predict batch", lambda n: True):
+        with outputs.replaced_folder(out) as new:
+            with open(os.path.join(new, "a.png"), "w") as f:
+                f.write("first")
+            print("claimed", flush=True)
+            sys.stdin.readline()  # the other writer tries now
+    print("done", flush=True)
+""")
+
+
+def _claimant(out):
+    proc = subprocess.Popen([sys.executable, "-c", CLAIMANT, MODULE, str(out)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(MODULE))))
+    assert proc.stdout.readline().strip() == "claimed"
+    return proc
+
+
+def test_a_second_writer_of_a_claimed_folder_is_refused_and_the_first_is_whole(tmp_path):
+    """Two writers into one new folder (two predicts at once): the second is refused in
+    one line naming the first's pid, and the first's files are all there."""
+    out = tmp_path / "predictions"
+    first = _claimant(out)
+    try:
+        with pytest.raises(InputError) as error:
+            with outputs.claimed(str(out), "--output_dir", False, "a predict batch",
+                                 lambda n: True):
+                pytest.fail("claimed a folder another process holds")
+        assert str(error.value) == (f"--output_dir: {out} is being written by another tfseg "
+                                    f"process (pid {first.pid}); wait for it to end, or "
+                                    f"choose another folder")
+        first.stdin.write("go\n")
+        first.stdin.flush()
+        assert first.wait(timeout=60) == 0 and first.stdout.read().strip() == "done"
+    finally:
+        first.kill()
+    assert _tree(tmp_path) == {"predictions/": None, "predictions/a.png": "first"}  # no lock
+    with pytest.raises(InputError, match="is not empty; pass --overwrite"):
+        with outputs.claimed(str(out), "--output_dir", False, "a predict batch",
+                             lambda n: True):
+            pass
+
+
+def test_a_claim_whose_process_was_killed_is_free(tmp_path):
+    """kill -9 ends the claim with the process; the file it leaves is reused, then gone."""
+    out = tmp_path / "export"
+    first = _claimant(out)
+    first.kill()
+    first.wait(timeout=60)
+    assert (tmp_path / (outputs.CLAIM_PREFIX + "export")).exists()
+    with outputs.claimed(str(out), "--export_dir", False, "an export", lambda n: True):
+        with outputs.replaced_folder(str(out)) as new:
+            open(os.path.join(new, "model.keras"), "w").close()
+    assert sorted(os.listdir(tmp_path)) == ["export"]

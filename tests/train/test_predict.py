@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.train.conftest import run_main
+from tests.train.conftest import run_main, start_main
 from tfseg.config import Config
 from tfseg.data import cityscapes
 from tfseg.errors import InputError
@@ -182,3 +182,27 @@ def test_overlays_carry_a_legend_of_the_classes_predicted(trained, tmp_path):
         present = {tuple(c) for c in colours.reshape(-1, 3)}
         for colour in palette:
             assert _has_block(overlay[64:], colour, SWATCH - 2) == (tuple(colour) in present)
+
+
+@pytest.mark.slow  # two fresh processes at once, each importing TensorFlow: 15-30 s
+def test_two_predicts_into_one_new_folder_leave_one_whole_set_and_refuse_the_other(
+        trained, tmp_path):
+    """Started at once: one writes its PNGs and exits 0; the other exits 2 in one line
+    (the folder is claimed by the first, or already holds its output); none is lost."""
+    data_dir, model_dir = trained
+    images = os.path.join(data_dir, *VAL_CITY)
+    out = tmp_path / "out"
+    procs = [start_main("--mode=predict", f"--model_dir={model_dir}", f"--input_path={images}",
+                        f"--output_dir={out}", "--dataset=cityscapes") for _ in range(2)]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes == [0, 2], outputs
+    refused = outputs[[p.returncode for p in procs].index(2)].strip().splitlines()
+    assert refused[-1].startswith(f"tfseg: error: --output_dir: {out} is ") and \
+        ("being written by another tfseg process" in refused[-1]
+         or "is not empty; pass --overwrite" in refused[-1]), refused
+    wrote = outputs[[p.returncode for p in procs].index(0)]
+    count = len(os.listdir(images))
+    assert f"wrote {2 * count} PNGs for {count} image(s) to {out}" in wrote
+    assert len(os.listdir(out)) == 2 * count
+    assert sorted(n for n in os.listdir(tmp_path) if n.startswith(".")) == []

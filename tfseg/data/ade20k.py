@@ -119,7 +119,7 @@ def files(root, split, missing_ok=False):
 @register_reader("ade20k", classes=lambda root, split: (class_names(root), PALETTE),
                  layout="images/{training,validation}/*.jpg and "
                         "annotations/{training,validation}/*.png",
-                 docs="ade20k-sceneparsing-150-classes")
+                 docs="ade20k-sceneparsing-150-classes", marks=("images", "annotations"))
 def source(root, split, missing_ok=False):
     """The split as a ``Source`` (150 classes, 0 = other -> 255); ``missing_ok`` as
     ``files``."""

@@ -114,7 +114,7 @@ def classes(root, split=None):
 
 @register_reader("camvid", classes=classes,
                  layout="class_dict.csv, SPLIT/*.png and SPLIT_labels/*_L.png",
-                 docs="camvid")
+                 docs="camvid", marks=("class_dict.csv",))
 def source(root, split, missing_ok=False):
     """The split as a ``Source``; classes and palette come from ``class_dict.csv``;
     ``missing_ok`` as ``files``."""

@@ -73,7 +73,7 @@ def label_mapping(label_path):
 @register_reader("cityscapes", classes=(CLASS_NAMES, PALETTE),
                  layout="leftImg8bit/SPLIT/CITY/*_leftImg8bit.png and "
                         "gtFine/SPLIT/CITY/*_gtFine_labelIds.png",
-                 docs="cityscapes")
+                 docs="cityscapes", marks=("leftImg8bit", "gtFine"))
 def source(root, split, missing_ok=False):
     """The split as a ``Source`` (labels decoded and mapped to 19 train ids); ``missing_ok``
     as ``files``."""

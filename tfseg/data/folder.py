@@ -109,7 +109,7 @@ def files(root, split, missing_ok=False):
 @register_reader("folder",
                  classes=lambda root, split: read_classes(os.path.join(root, CLASS_FILE)),
                  layout="classes.txt, SPLIT/images/* and SPLIT/masks/*.png",
-                 docs="a-folder-of-images-and-masks")
+                 docs="a-folder-of-images-and-masks", marks=(CLASS_FILE,))
 def source(root, split, missing_ok=False):
     """The split as a ``Source``; classes and palette come from ``classes.txt``;
     ``missing_ok`` as ``files``."""

@@ -39,6 +39,8 @@ class Reader:
         (``source`` gives no pairs), read by ``tfseg.data.tfrecords``, not image files.
       layout: what ROOT holds, in a few words, for the message when it is missing.
       docs: the anchor of its section in docs/datasets.md (download and layout).
+      marks: entries of ROOT that together tell its layout (``("leftImg8bit", "gtFine")``),
+        so that a folder of this data set is recognised (``looks_like``).
     """
 
     name: str
@@ -47,6 +49,7 @@ class Reader:
     records: bool = False
     layout: str = ""
     docs: str = ""
+    marks: tuple = ()
 
     def require_root(self, root):
         """``InputError`` of one line when the data folder ``root`` is missing: the
@@ -66,7 +69,7 @@ class Reader:
         return tuple(names), palette
 
 
-def register_reader(name, classes=None, records=False, layout="", docs=""):
+def register_reader(name, classes=None, records=False, layout="", docs="", marks=()):
     """A decorator that registers ``source(root, split, missing_ok=False)`` as the reader
     of data set ``name``, and returns it unchanged.
 
@@ -76,7 +79,7 @@ def register_reader(name, classes=None, records=False, layout="", docs=""):
       classes: ``classes(root, split)`` -> (names, palette) without the images, or the
         constant (names, palette) of a fixed class list; None: ``source``'s (which may
         list the files). ``Reader`` says more.
-      records, layout, docs: see ``Reader``.
+      records, layout, docs, marks: see ``Reader``.
 
     Example::
 
@@ -91,7 +94,7 @@ def register_reader(name, classes=None, records=False, layout="", docs=""):
         if name in READERS:
             raise ValueError(f"two readers registered as {name!r}: "
                              f"{_where(READERS[name].source)} and {_where(source)}")
-        READERS[name] = Reader(name, source, classes, records, layout, docs)
+        READERS[name] = Reader(name, source, classes, records, layout, docs, tuple(marks))
         return source
 
     return register
@@ -102,6 +105,13 @@ def reader(name):
     lists the registered names, e.g. ``reader("voc").source("data/VOC2012", "val")``."""
     one_of(name, sorted(READERS), "dataset")
     return READERS[name]
+
+
+def looks_like(root):
+    """The names of the readers whose ``marks`` are all in the folder ``root``, e.g.
+    ``["cityscapes"]`` for one holding leftImg8bit/ and gtFine/."""
+    return [r.name for r in READERS.values()
+            if r.marks and all(os.path.lexists(os.path.join(root, m)) for m in r.marks)]
 
 
 def _fixed(classes):

@@ -15,7 +15,7 @@ import tempfile
 import numpy as np
 from PIL import Image, ImageDraw
 
-from tfseg.data import cityscapes
+from tfseg.data import cityscapes, registry
 from tfseg.data.cityscapes import LABEL_ID_TO_TRAIN_ID
 from tfseg.data.registry import register_reader
 from tfseg.errors import InputError
@@ -95,9 +95,10 @@ def _render(rng, ids):
 def write_synthetic_cityscapes(root, num_train=40, num_val=10, height=128, width=256, seed=0):
     """Write the synthetic set under ``root`` (leftImg8bit/ and gtFine/ labelIds).
 
-    Idempotent: a marker file written last records the arguments; a complete
-    set with the same arguments is left untouched, a partial one is rewritten.
-    The same arguments always produce byte-identical files.
+    Idempotent: a marker file records the arguments; a complete set with the same
+    arguments is left untouched. The set is written only into a new or empty folder
+    (built beside it and renamed into place whole), so that no file of the user's is
+    ever replaced. The same arguments always produce byte-identical files.
 
     Args:
       root: output folder (created).
@@ -109,7 +110,8 @@ def write_synthetic_cityscapes(root, num_train=40, num_val=10, height=128, width
       ``root``.
 
     Raises:
-      ValueError: ``root`` holds a complete synthetic set made with other arguments.
+      InputError: ``root`` holds a synthetic set made with other arguments, or files
+        that are no synthetic set (naming what it holds and the layout it looks like).
     """
     params = dict(num_train=num_train, num_val=num_val, height=height, width=width, seed=seed)
     marker = os.path.join(root, MARKER)
@@ -121,6 +123,7 @@ def write_synthetic_cityscapes(root, num_train=40, num_val=10, height=128, width
         raise InputError(f"{root} holds a synthetic set made with {existing}, not {params}")
     if min(height, width) < 32:
         raise InputError(f"synthetic images must be at least 32x32, got {height}x{width}")
+    require_free(root)
     # Written to a staging folder and renamed into place, so that processes starting
     # together (the workers of a multi-worker run) never read or write a half set.
     parent = os.path.dirname(os.path.abspath(root))
@@ -148,20 +151,35 @@ def source(root, split, missing_ok=False):
     return cityscapes.source(root, split, missing_ok)
 
 
+def require_free(root):
+    """``InputError`` of one line unless ``root`` is missing, empty or holds the synthetic
+    set: it names what the folder holds and, where its layout is a data set's, the
+    ``--dataset`` that reads it. Nothing is written into such a folder."""
+    if os.path.lexists(root) and not os.path.isdir(root):
+        raise InputError(f"--data_dir: {root} is a file, not a folder")
+    entries = sorted(os.listdir(root)) if os.path.isdir(root) else []
+    if not entries or MARKER in entries:
+        return
+    layouts = registry.looks_like(root)
+    shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3
+                                      else "")
+    advice = (f"it looks like a {layouts[0]} data set: pass --dataset={layouts[0]}"
+              if layouts else "pass --dataset=NAME to read it (tfseg --help lists them)")
+    raise InputError(f"--data_dir: {root} holds {shown} and no synthetic set, which "
+                     f"--dataset=synthetic writes only into a new or empty folder; {advice}, "
+                     f"or choose an empty --data_dir")
+
+
 def _move_into_place(staging, root):
     try:
         os.rename(staging, root)  # atomic where root is new or empty
         return
     except OSError:
         pass
-    marker = os.path.join(root, MARKER)
-    if os.path.isfile(marker):  # another process finished first
+    if os.path.isfile(os.path.join(root, MARKER)):  # another process finished first
         return
-    # A partial set of an interrupted run: replace its folders, the marker last.
-    for top in ("leftImg8bit", "gtFine"):
-        shutil.rmtree(os.path.join(root, top), ignore_errors=True)
-        os.rename(os.path.join(staging, top), os.path.join(root, top))
-    os.rename(os.path.join(staging, MARKER), marker)
+    require_free(root)  # files appeared in root meanwhile: refused, none replaced
+    raise InputError(f"--data_dir: could not write the synthetic set into {root}")
 
 
 def _write(root, params):

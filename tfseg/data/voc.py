@@ -68,7 +68,7 @@ def files(root, split, missing_ok=False):
 @register_reader("voc", classes=(CLASS_NAMES, PALETTE),
                  layout="JPEGImages/, SegmentationClass/ and "
                         "ImageSets/Segmentation/SPLIT.txt (it is VOCdevkit/VOC2012)",
-                 docs="pascal-voc-2012")
+                 docs="pascal-voc-2012", marks=("JPEGImages", "SegmentationClass"))
 def source(root, split, missing_ok=False):
     """The split as a ``Source`` (21 classes, 255 = border/ignore); ``missing_ok`` as
     ``files``."""

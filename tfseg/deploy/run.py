@@ -9,7 +9,7 @@ import tensorflow as tf
 from tfseg import data as data_lib
 from tfseg.data.footprint import image_size
 from tfseg.errors import InputError
-from tfseg.io.outputs import replaced_folder, require_replaceable
+from tfseg.io.outputs import claimed, replaced_folder
 from tfseg.runtime import files
 from tfseg.runtime.files import recorded_data
 from tfseg.evaluation.evaluate import eval_data, inference_config
@@ -175,8 +175,13 @@ def export(config, log=print):
         raise InputError(f"--export_dir: {export_dir} holds {kept[0]}, predictions of its "
                          f"{kept[0][:-len(PREDICTIONS)]}, which --overwrite would delete; "
                          f"move them out of {export_dir} first")
-    require_replaceable(export_dir, "--export_dir", run.overwrite, "an export",
-                        lambda name: name in entries)
+    with claimed(export_dir, "--export_dir", run.overwrite, "an export",
+                 lambda name: name in entries):
+        return _export_into(config, export_dir, exporters, log)
+
+
+def _export_into(config, export_dir, exporters, log):
+    """``export``'s writing, once ``export_dir`` is this process's."""
     loaded = load_model(config, stock=True, log=log)
     model, path, config = loaded.model, loaded.checkpoint, loaded.config
     run_dir = os.path.dirname(path) or "."

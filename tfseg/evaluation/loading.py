@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from tfseg import data as data_lib
 from tfseg.config import ARCHITECTURE
+from tfseg.config.config import flag_value
 from tfseg.errors import InputError
 from tfseg.runtime import builders, checkpoints, files, init
 from tfseg.runtime.pinned import pinned
@@ -32,26 +33,56 @@ class Classes:
 
 def resolve(config, log=print):
     """(config, saved): ``config`` with ``checkpoint`` set to the checkpoint's path and the
-    ``ARCHITECTURE`` fields of the config.json beside it (so that ``--mode=eval`` works
-    with the training command's defaults or flagfile); ``saved`` is that file's dict.
+    ``ARCHITECTURE`` fields of the config.json beside it that the command leaves at their
+    defaults (so that ``--mode=eval`` works with the training command's defaults or
+    flagfile); ``saved`` is that file's dict.
+
+    A setting the command gives is never replaced: a ``--dataset`` of as many classes
+    as the run's is scored as given (said in a line); any other given setting that
+    differs from the recorded one is refused, naming both.
 
     The config is read beside the checkpoint, not in ``--model_dir``: a
     ``--checkpoint`` from another run was trained with that run's settings. The
     output stride is not replaced: evaluating at another stride than the training
     one is legitimate (same weights).
+
+    Raises:
+      InputError: a given setting that the checkpoint's model cannot have.
     """
     path = files.find_checkpoint(config.run.model_dir, config.run.checkpoint)
     run_dir = os.path.dirname(path) or "."
     saved = files.load_config(run_dir)
-    settings, current = config.settings_of(saved), config.flat()
-    changes = {k: settings[k] for k in ARCHITECTURE
-               if k in settings and settings[k] != current[k]}
+    settings, current, default = config.settings_of(saved), config.flat(), type(config)().flat()
+    differing = [k for k in ARCHITECTURE if k in settings and settings[k] != current[k]]
+    given = [k for k in differing if current[k] != default[k]]
+    record = os.path.join(run_dir, files.CONFIG_FILE)
+    for name in given:
+        if name != "dataset":
+            raise InputError(f"--{name}={flag_value(current[name])}: the checkpoint {path} "
+                             f"was trained with --{name}={flag_value(settings[name])} "
+                             f"({record}); leave --{name} out to use the trained model's")
+        _require_same_classes(config, saved, settings["dataset"], path, record)
+        log(f"reading --dataset={current[name]} as given, not the run's "
+            f"{settings[name]} ({record})")
+    changes = {k: settings[k] for k in differing if k not in given}
     if changes:
-        log(f"using the trained model's settings from {run_dir}/{files.CONFIG_FILE}: "
-            f"{changes}")
+        log(f"using the trained model's settings from {record}: {changes}")
     elif not saved:
         log(f"no {files.CONFIG_FILE} beside {path}: the flags describe the model")
     return config.replace(checkpoint=path, **changes), saved
+
+
+def _require_same_classes(config, saved, recorded, path, record):
+    """``InputError`` unless the given data set has as many classes as the run records:
+    the checkpoint's logits are one per recorded class."""
+    if not saved.get("class_names"):
+        return
+    have = len(saved["class_names"])
+    given = len(data_lib.class_names(builders.data_config(config, training=False)))
+    if given != have:
+        raise InputError(f"--dataset={config.data.dataset}: it has {given} classes, and the "
+                         f"checkpoint {path} was trained on {recorded}'s {have} ({record}); "
+                         f"leave --dataset out to read {recorded}")
 
 
 def recorded_classes(saved):

@@ -21,7 +21,7 @@ import numpy as np
 from PIL import Image
 
 from tfseg.data import cityscapes
-from tfseg.io.outputs import replaced_folder, require_replaceable
+from tfseg.io.outputs import claimed, replaced_folder
 from tfseg.errors import InputError
 from tfseg.evaluation.evaluate import inference_config
 from tfseg.evaluation.exported import beyond, default_output, exported_classes
@@ -159,13 +159,20 @@ def predict(config, log=print, classify=None, model_dir_given=None):
     if not run.input_path:
         raise InputError("--input_path: required for --mode=predict (an image or a folder)")
     paths = list_images(run.input_path)
+    classes = None  # the checkpoint's, once it is loaded
     if classify is not None:
         classes = exported_classes(config, getattr(classify, "labels", None),
                                    model_dir_given, log)
     out_dir = output_dir(run, log)
-    require_replaceable(out_dir, "--output_dir", run.overwrite, "a predict batch (PNG files)",
-                        lambda name: name.lower().endswith(".png")
-                        and os.path.isfile(os.path.join(out_dir, name)))
+    with claimed(out_dir, "--output_dir", run.overwrite, "a predict batch (PNG files)",
+                 lambda name: name.lower().endswith(".png")
+                 and os.path.isfile(os.path.join(out_dir, name))):
+        return _predict_into(config, out_dir, paths, classify, classes, log)
+
+
+def _predict_into(config, out_dir, paths, classify, classes, log):
+    """``predict``'s writing, once ``out_dir`` is this process's."""
+    run = config.run
     targets = _targets(paths, out_dir, run.output_format)
     skip = config.data.skip_bad_examples
     # The palette comes from the run's config.json: no data set needed.
