@@ -122,3 +122,80 @@ def test_mode_recipes_runs_without_tensorflow():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert len(lines) == len(NAMES) + 1 and lines[-1] == "False", proc.stdout
+
+
+def _folder_of_recipes(tmp_path, monkeypatch, **files):
+    """A recipes folder holding ``NAME.flags`` with each of ``files``' bytes, in place of
+    the package's."""
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    for name, data in files.items():
+        (folder / f"{name}.flags").write_bytes(data)
+    monkeypatch.setattr(recipes, "FOLDER", str(folder))
+    return folder
+
+
+def test_a_flagfile_or_recipe_that_is_not_utf8_is_one_line_naming_the_file_and_line(
+        tmp_path, monkeypatch):
+    """A Latin-1 "café" in a comment was a 29-line UnicodeDecodeError, exit 1."""
+    latin = tmp_path / "latin.flags"
+    latin.write_bytes("# my settings\n# café au lait\n--batch_size=3\n".encode("latin-1"))
+    line = _one_error_line(_main(f"--flagfile={latin}", "--mode=validate"))
+    assert line == (f"tfseg: error: {latin}: line 2 is not UTF-8 (byte 0xe9 after "
+                    f"'# caf'); save it as UTF-8")
+    # A recipe, and a user's flagfile starting from it: the recipe's file is named.
+    folder = _folder_of_recipes(tmp_path, monkeypatch, base=latin.read_bytes())
+    mine = tmp_path / "mine.flags"
+    mine.write_text("--recipe=base\n--batch_size=4\n")
+    for args in (["--recipe=base"], [f"--flagfile={mine}"]):
+        line = _one_error_line(_main(*args, "--mode=validate"))
+        assert line.startswith(f"tfseg: error: {folder}/base.flags: line 2 is not UTF-8"), line
+
+
+def test_a_byte_order_mark_at_the_start_is_read_as_nothing(tmp_path, monkeypatch):
+    """absl took it for part of the first line: "unexpected arguments: \\ufeff# ..."."""
+    bom = "\ufeff".encode()
+    for first in ("# mine\n--batch_size=3\n", "--batch_size=3\n"):
+        mine = tmp_path / "mine.flags"
+        mine.write_bytes(bom + first.encode())
+        assert _settings(_main(f"--flagfile={mine}", "--mode=validate"))["batch_size"] == 3
+    _folder_of_recipes(tmp_path, monkeypatch, marked=bom + b"# with a mark\n--batch_size=5\n")
+    assert _settings(_main("--recipe=marked", "--mode=validate"))["batch_size"] == 5
+    assert recipes.table() == "marked  with a mark"
+
+
+def test_an_empty_recipe_or_flagfile_is_refused_not_read_as_the_next_argument():
+    for args in (["--recipe=", "--batch_size=2"], ["--batch_size=2", "--recipe="],
+                 ["-recipe=", "--batch_size=2"]):
+        line = _one_error_line(_main(*args, "--mode=validate"))
+        assert line.startswith("tfseg: error: --recipe: needs a name (--recipe=NAME): one "
+                               "of camvid, "), (args, line)
+    # absl read an empty --flagfile= as no file at all.
+    assert _one_error_line(_main("--flagfile=", "--mode=validate")) == \
+        "tfseg: error: --flagfile: needs a file (--flagfile=FILE)"
+
+
+def test_a_flagfile_that_reads_itself_is_one_line(tmp_path):
+    """absl printed a warning and went on without the file's flags."""
+    loop = tmp_path / "loop.flags"
+    loop.write_text(f"--batch_size=3\n--flagfile={loop}\n")
+    assert _one_error_line(_main(f"--flagfile={loop}", "--mode=validate")) == \
+        f"tfseg: error: --flagfile: {loop} reads itself; remove its --flagfile line"
+
+
+def test_a_damaged_recipe_is_listed_with_what_is_wrong_and_the_others_as_before(
+        tmp_path, monkeypatch):
+    """One recipe that was not UTF-8 made --mode=recipes a traceback for all of them."""
+    folder = _folder_of_recipes(tmp_path, monkeypatch,
+                                alpha=b"# the first\n--batch_size=2\n",
+                                broken="# caf\xe9\n".encode("latin-1"),
+                                zulu=b"# the last\n--batch_size=3\n")
+    (folder / "folder.flags").mkdir()  # not a file at all
+    proc = _main("--mode=recipes")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "alpha   the first",
+        "broken  (damaged: line 1 is not UTF-8 (byte 0xe9 after '# caf'); --recipe=broken "
+        "cannot be read)",
+        "folder  (damaged: Is a directory; --recipe=folder cannot be read)",
+        "zulu    the last"]

@@ -108,7 +108,7 @@ def parse_flags(argv):
         sys.stdout.write(usage.text())
         sys.exit(0)
     try:
-        return FLAGS(recipes.expand(argv, FLAGS.read_flags_from_files))
+        return FLAGS(recipes.expand(argv, recipes.read_flagfiles))
     except (flags.Error, InputError) as error:
         usage_error(error)
 

@@ -16,6 +16,8 @@ Example:
     # ['prog', '--flagfile=.../tfseg/recipes/camvid.flags', '--batch_size=2']
 """
 
+import codecs
+import io
 import os
 
 from tfseg.config.names import one_of
@@ -24,6 +26,7 @@ from tfseg.errors import InputError
 FOLDER = os.path.dirname(os.path.abspath(__file__))
 SUFFIX = ".flags"
 FLAG = "--recipe"
+FLAGFILE = "--flagfile"
 # Recipes read from recipes, deeper than this: one that includes itself.
 MAX_DEPTH = 8
 
@@ -46,15 +49,55 @@ def path(name):
 
 def description(name):
     """The first line of recipe ``name``'s leading comment, without the ``#``."""
-    with open(path(name)) as f:
-        first = f.readline()
+    first = (text(path(name)).splitlines() or [""])[0]
     return first.lstrip("#").strip() if first.startswith("#") else ""
 
 
 def table():
-    """One line per recipe: its name, padded, then its description (``--mode=recipes``)."""
+    """One line per recipe: its name, padded, then its description (``--mode=recipes``);
+    a recipe that cannot be read, its name and what is wrong, so that the others are
+    still listed."""
     width = max(map(len, names())) + 2
-    return "\n".join(f"{name:<{width}}{description(name)}" for name in names())
+    return "\n".join(f"{name:<{width}}{_listed(name)}" for name in names())
+
+
+def _listed(name):
+    try:
+        return description(name)
+    except NotText as error:
+        return f"(damaged: {error.reason}; --recipe={name} cannot be read)"
+    except OSError as error:
+        return f"(damaged: {error.strerror or error}; --recipe={name} cannot be read)"
+
+
+class NotText(InputError):
+    """A flagfile that is not UTF-8 text: the message names the file and the line;
+    ``reason`` says what is wrong without the file."""
+
+    def __init__(self, path, reason):
+        super().__init__(f"{path}: {reason}; save it as UTF-8")
+        self.reason = reason
+
+
+def text(path):
+    """The text of flagfile ``path``, read as UTF-8 whatever the locale (a byte-order mark
+    at its start, which some editors write, read as nothing).
+
+    Raises:
+      NotText: "FILE: line 3 is not UTF-8 (byte 0xe9 after '# caf'); save it as UTF-8".
+      OSError: the file cannot be read.
+    """
+    with open(path, "rb") as f:
+        data = f.read().removeprefix(codecs.BOM_UTF8)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        before = data[data.rfind(b"\n", 0, error.start) + 1:error.start]
+        before = before.decode("utf-8", "replace")[-24:]
+        where = f"after {before!r}" if before else "at its start"
+        raise NotText(path, f"line {line} is not UTF-8 (byte 0x{data[error.start]:02x} "
+                            f"{where})") from None
 
 
 def _as_flagfiles(args):
@@ -69,29 +112,84 @@ def _as_flagfiles(args):
             out += [arg, *rest]
             break
         name = _recipe_name(arg)
-        if name == "":
-            if not rest:
-                raise InputError(f"{FLAG}: needs a name ({FLAG}=NAME): one of "
-                                 f"{', '.join(names())}")
+        if name is _FOLLOWS and rest:
             name = rest.pop(0)
         if name is None:
             out.append(arg)
-        else:
-            out.append(f"--flagfile={path(name.strip())}")
-            found = True
+            continue
+        if name is _FOLLOWS or not name.strip():
+            # "--recipe=" took the next argument for its name (the last, or a flag).
+            raise InputError(f"{FLAG}: needs a name ({FLAG}=NAME): one of "
+                             f"{', '.join(names())}")
+        out.append(f"{FLAGFILE}={path(name.strip())}")
+        found = True
     return out, found
 
 
+# The name of a "--recipe" given alone: the next argument.
+_FOLLOWS = object()
+
+
 def _recipe_name(arg):
-    """The NAME of a ``--recipe`` argument; "" for the flag alone (its name follows); None
-    for any other argument."""
+    """The NAME of a ``--recipe`` argument ("" for ``--recipe=``); ``_FOLLOWS`` for the
+    flag alone; None for any other argument."""
     for flag in (FLAG, FLAG[1:]):
         if arg == flag:
-            return ""
+            return _FOLLOWS
         for separator in ("=", " "):
             if arg.startswith(flag + separator):
                 return arg[len(flag) + 1:]
     return None
+
+
+def read_flagfiles(args):
+    """``args`` with each ``--flagfile=FILE`` (``-flagfile=FILE``, or either alone with
+    FILE next) replaced by the file's flags, up to a ``--``: absl's
+    ``read_flags_from_files``, its files read by ``text``. In a file, blank lines and
+    those starting with ``#`` or ``//`` are comments, a ``--flagfile=`` line reads that
+    file in its place, and each other line is one argument, stripped.
+
+    Raises:
+      InputError: a file that cannot be read, is not UTF-8 or reads itself; a
+        ``--flagfile`` without a file: one line.
+    """
+    out, rest = [], list(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--":
+            return out + [arg, *rest]
+        if arg in (FLAGFILE, FLAGFILE[1:]):
+            arg = f"{FLAGFILE}={rest.pop(0) if rest else ''}"
+        out += _file_flags(arg, ()) if _is_flagfile(arg) else [arg]
+    return out
+
+
+def _is_flagfile(arg):
+    return arg.startswith((FLAGFILE + "=", FLAGFILE[1:] + "="))
+
+
+def _file_flags(arg, reading):
+    """The flags of the file that ``--flagfile=FILE`` names; ``reading``: the files being
+    read (their real paths), which include it."""
+    name = os.path.expanduser(arg.split("=", 1)[1].strip())
+    if not name:
+        raise InputError(f"{FLAGFILE}: needs a file ({FLAGFILE}=FILE)")
+    if os.path.realpath(name) in reading:
+        # absl warned and went on without the file's flags.
+        raise InputError(f"{FLAGFILE}: {name} reads itself; remove its {FLAGFILE} line")
+    try:
+        lines = io.StringIO(text(name), newline=None)  # \r\n and \r end lines, as in absl
+    except OSError as error:
+        raise InputError(f"{FLAGFILE}: cannot read {name}: {error.strerror or error}") \
+            from None
+    out, reading = [], (*reading, os.path.realpath(name))
+    for line in map(str.strip, lines):
+        if not line or line.startswith(("#", "//")):
+            continue
+        if line in (FLAGFILE, FLAGFILE[1:]):
+            raise InputError(f"{name}: a {FLAGFILE} line without a file ({FLAGFILE}=FILE)")
+        out += _file_flags(line, reading) if _is_flagfile(line) else [line]
+    return out
 
 
 def expand(argv, read_flagfiles):
@@ -100,9 +198,8 @@ def expand(argv, read_flagfiles):
 
     Args:
       argv: the command line, ``sys.argv``'s form.
-      read_flagfiles: the command's flag reader (absl's ``read_flags_from_files``): the
-        arguments (without the program name) with each ``--flagfile=`` replaced by its
-        file's flags.
+      read_flagfiles: the command's flag reader (``read_flagfiles``): the arguments
+        (without the program name) with each ``--flagfile=`` replaced by its file's flags.
 
     Raises:
       InputError: an unknown recipe (one line listing the recipes), or recipes that
