@@ -8,6 +8,7 @@ import pytest
 
 from tfseg.config import DATASETS, SECTIONS, Config, Data, Model, flag_table
 from tfseg.config.names import BACKBONES
+from tfseg.config.values import kind_of
 from tfseg.errors import InputError
 
 
@@ -134,3 +135,24 @@ def test_a_file_where_a_folder_is_needed_names_its_flag(tmp_path):
         with pytest.raises(InputError, match=f"^--{flag}: {a_file} is a file, not a folder"):
             Config.from_flat(**{flag: str(a_file)})
         Config.from_flat(**{flag: str(tmp_path / "not_yet")})  # made when needed
+
+
+# For each kind of setting, values of another type, which no flag's text gives either:
+# "no" is not False, and None is no value (RewriteOptions took both).
+WRONG_TYPES = {"bool": ("no", "yes", None, 2, 0.5), "int": ("two", 2.7, None, True, [1]),
+               "float": ("fast", None, True, 1j, [0.5]), "str": (5, None, True, ("a",)),
+               "path": (5, None, True, b"runs"), "size": (None, True, "a,b", {"a": 1}),
+               "list": (None, True, {"a": 1}, (None,))}
+
+
+def test_every_setting_refuses_a_value_of_another_type_in_one_line_naming_it():
+    """Every field, not one of each kind: a new setting cannot miss the check."""
+    kinds = {kind_of(field) for _, field in flag_table().values()}
+    assert kinds == set(WRONG_TYPES)  # a new kind of setting needs its wrong values here
+    for flag, (_, field) in flag_table().items():
+        for value in WRONG_TYPES[kind_of(field)]:
+            with pytest.raises(InputError) as error:
+                Config.from_flat(**{flag: value})
+            message = str(error.value)
+            assert message.startswith(f"--{flag}: ") and "\n" not in message, message
+            assert " got " in message, message  # and the value given

@@ -107,3 +107,30 @@ def test_chunked_is_checked_and_ignored_without_separable_fusion():
                 ("decoder_conv2_depthwise",)):
         with pytest.raises(ValueError, match="chunked takes"):
             RewriteOptions(chunked=bad)
+
+
+@pytest.mark.parametrize("value", ["no", "false", "", None, 0, 1, 1.0, np.bool_(False)],
+                         ids=repr)
+def test_a_switch_that_is_not_a_bool_is_refused_naming_the_field_and_value(value):
+    """"no" and "false" were taken and, being true, left every trick on; None was taken."""
+    for name in RewriteOptions.names():
+        message = (f"RewriteOptions.{name} must be True or False (a bool), got {value!r} "
+                   f"(a {type(value).__name__})")
+        with pytest.raises(TypeError) as raised:
+            RewriteOptions(**{name: value})
+        assert str(raised.value) == message
+        with pytest.raises(TypeError, match="must be True or False"):
+            RewriteOptions().replace(**{name: value})
+    assert RewriteOptions(fuse_separable=False, inplace_norm=False).on("inplace_norm") is False
+
+
+def test_chunked_and_unpaid_that_are_not_tuples_are_refused():
+    for name, value in (("chunked", None), ("chunked", [("decoder_conv2_depthwise", 2)]),
+                        ("chunked", "decoder_conv2_depthwise"), ("unpaid", None),
+                        ("unpaid", [])):
+        with pytest.raises(TypeError) as raised:
+            RewriteOptions(**{name: value})
+        assert str(raised.value) == (f"RewriteOptions.{name} must be a tuple, got {value!r} "
+                                     f"(a {type(value).__name__})")
+    with pytest.raises(ValueError, match="chunked takes .* got 3"):
+        RewriteOptions(chunked=(3,))  # a TypeError of len() before

@@ -13,7 +13,8 @@ __all__ = ["RewriteOptions", "of"]
 @dataclasses.dataclass(frozen=True)
 class RewriteOptions:
     """The tricks `tfseg.memory.rewrite` and `tfseg.memory.changes` apply; each on by
-    default. Frozen: make another with `replace`.
+    default. Frozen: make another with `replace`. Each switch is True or False: any other
+    value ("no", None, 0) is a TypeError naming the field.
 
     Attributes:
       fuse_separable: wrap each [activation/ZeroPadding2D ->] DepthwiseConv2D ->
@@ -95,8 +96,20 @@ class RewriteOptions:
     unpaid: tuple = dataclasses.field(default=(), metadata={"switch": False})
 
     def __post_init__(self):
+        # A switch is read by truth: "no", "false" and None were taken, and "no" is true.
+        for name in self.names():
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"RewriteOptions.{name} must be True or False (a bool), got "
+                                f"{value!r} (a {type(value).__name__})")
+        for name in ("chunked", "unpaid"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple):
+                raise TypeError(f"RewriteOptions.{name} must be a tuple, got {value!r} "
+                                f"(a {type(value).__name__})")
         for entry in self.chunked:
-            name, chunks = entry if len(entry) == 2 else (None, None)
+            name, chunks = (entry if isinstance(entry, (tuple, list)) and len(entry) == 2
+                            else (None, None))
             if (not isinstance(name, str) or isinstance(chunks, bool)
                     or not isinstance(chunks, int) or chunks < 1):
                 raise ValueError(f"RewriteOptions.chunked takes (depthwise conv name, chunks "
