@@ -13,9 +13,10 @@ os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0")
 import keras  # noqa: E402
 import pytest  # noqa: E402
 
-# The suite's own rules: slow tests marked, slow and grouped tests first.
+# The suite's own rules: slow tests marked (where CI is set; named elsewhere), slow and
+# grouped tests first.
 from tests.rules import (pytest_addoption, pytest_collection_modifyitems,  # noqa: E402,F401
-                         pytest_runtest_makereport)
+                         pytest_runtest_makereport, pytest_terminal_summary)
 
 # Tiny but complete networks: every block kind, odd sizes, fast on 2 CPU cores.
 TINY = dict(width_multiplier=0.125, middle_repeats=2)

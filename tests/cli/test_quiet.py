@@ -1,37 +1,47 @@
 """Quiet, not deaf: TensorFlow's start-up lines are kept out, its warnings and errors reach
 stderr one line each, and the command names the device it runs on.
 
-The processes run in the user's environment: without the TF_CPP_MIN_LOG_LEVEL and
-TF_ENABLE_ONEDNN_OPTS that the suite sets for itself, where the start-up lines would
-appear."""
+The processes run in the user's environment: without the TF_CPP_MIN_LOG_LEVEL that the
+suite sets for itself, where the start-up lines would appear, and with oneDNN off and on
+(TF_ENABLE_ONEDNN_OPTS=0 and 1): TensorFlow turns it on by default only on CPUs with
+AVX-512, and its start-up lines differ, so both are tested on any CPU."""
 
 import os
 import subprocess
 import sys
 
+import pytest
 import tensorflow as tf
 
 from tests import command
 from tfseg.cli import quiet
 from tfseg.runtime import device
 
-# What TensorFlow writes on start-up, in every environment or with oneDNN on (the default).
+# What TensorFlow writes on start-up: with oneDNN on, and (the CPU's features the binary
+# does not use) on most CPUs.
 START_UP = ("absl::InitializeLog", "oneDNN custom operations", "cpu_feature_guard",
             "This TensorFlow binary is optimized")
+# oneDNN off, as TensorFlow leaves it on CPUs without AVX-512, and on.
+ONEDNN = pytest.mark.parametrize("onednn", ["0", "1"], ids=["onednn_off", "onednn_on"])
 # A C++ LOG(WARNING) the CPU gives: an iterator of a cached dataset that stops early.
 CACHE_WARNING = "The calling iterator did not fully read the dataset being cached"
 
 
 def _env(**extra):
-    """The user's environment: the suite's TensorFlow log and oneDNN settings removed."""
+    """The user's environment: the suite's TensorFlow log and oneDNN settings removed
+    (``extra`` sets them again where a test needs one)."""
     env = {k: v for k, v in command.main_env().items()
            if k not in ("TF_CPP_MIN_LOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS")}
     return dict(env, **extra)
 
 
-def test_the_command_names_its_device_keeps_warnings_and_drops_start_up_lines(tmp_path):
+@ONEDNN
+def test_the_command_names_its_device_keeps_warnings_and_drops_start_up_lines(tmp_path,
+                                                                             onednn):
     """``tfseg --mode=eval`` whose mode first makes TensorFlow's C++ code log a warning,
-    then runs the real evaluation, which refuses (no checkpoint)."""
+    then runs the real evaluation, which refuses (no checkpoint). With oneDNN off the
+    import logged nothing, and absl's "All log messages before absl::InitializeLog()"
+    notice came out before the warning."""
     script = f"""
 import sys
 from tfseg.cli import main, modes
@@ -48,7 +58,7 @@ sys.argv = ["tfseg", "--mode=eval", "--model_dir={tmp_path}"]
 main.run()
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=_env(), cwd=tmp_path, timeout=180)
+                          env=_env(TF_ENABLE_ONEDNN_OPTS=onednn), cwd=tmp_path, timeout=180)
     assert proc.returncode == 2, proc.stderr
     assert not [word for word in START_UP if word in proc.stderr], proc.stderr
     assert proc.stdout.splitlines() == [device.describe()], proc.stdout
@@ -57,15 +67,24 @@ main.run()
     assert error == f"tfseg: error: --model_dir: no checkpoint in {tmp_path}; train first"
 
 
-def test_verbose_keeps_tensorflows_lines(tmp_path):
+@ONEDNN
+def test_verbose_keeps_tensorflows_lines(onednn):
+    """The lines the quiet import drops are shown when asked for: those of a plain import
+    of TensorFlow in the same environment (the test of the test)."""
+    env = _env(TF_ENABLE_ONEDNN_OPTS=onednn)
+    plain = subprocess.run([sys.executable, "-c", "import tensorflow"], capture_output=True,
+                           text=True, env=env, timeout=120)
+    shown = [word for word in START_UP if word in plain.stderr]
+    # oneDNN's line wherever it is on, and with it absl's notice, which comes first.
+    assert ("oneDNN custom operations" in shown) == (onednn == "1"), plain.stderr
+    assert "absl::InitializeLog" in shown or not shown, plain.stderr
     code = ("import sys; from tfseg.cli import quiet; "
             "print(quiet.import_tensorflow(verbose=True)); "
             "import tensorflow as tf; tf.zeros(1)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env=_env(), timeout=120)
+                          env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    # The lines the quiet import drops: shown when asked for (the test of the test).
-    assert all(word in proc.stderr for word in START_UP), proc.stderr
+    assert all(word in proc.stderr for word in shown), (shown, proc.stderr)
     assert proc.stdout.startswith("device: "), proc.stdout
 
 

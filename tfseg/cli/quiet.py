@@ -7,9 +7,11 @@ lines, written before ``TF_CPP_MIN_LOG_LEVEL`` is read, so no level hides them, 
 twice (two libraries hold the same code). So the import runs with file descriptor 2 sent
 to a temporary file, which is then sorted (``sort``): INFO records are dropped, each
 WARNING, ERROR or FATAL record is written once, as one line, and any other text as it
-came; all of it when the import fails (it explains a broken install). For the rest of
-the run ``TF_CPP_MIN_LOG_LEVEL`` is 1 unless the user set it: INFO lines stay hidden,
-warnings and errors reach stderr as TensorFlow writes them.
+came; all of it when the import fails (it explains a broken install). absl's notice,
+which comes before the first record, is drawn out inside the capture where the import
+logs none (oneDNN off: ``_take_notice``). For the rest of the run
+``TF_CPP_MIN_LOG_LEVEL`` is 1 unless the user set it: INFO lines stay hidden, warnings
+and errors reach stderr as TensorFlow writes them.
 
 The device query runs captured too: where TensorFlow finds no GPU, what it said about
 GPUs (a CUDA library it could not load, cuInit's error) becomes the device line's reason
@@ -22,6 +24,7 @@ Example:
 
 import contextlib
 import faulthandler
+import functools
 import os
 import re
 import sys
@@ -38,6 +41,8 @@ _OWN_TEXT = re.compile(r"\S+:\d+: \w*Warning: |[A-Z]+:[\w.]*:|Traceback \(most r
                        r"Fatal Python error|Segmentation fault|\w+(Error|Exception)\b")
 # absl's notice that it is not initialised yet: a start-up line.
 _ABSL_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called"
+# The warning logged to take that notice where the import logs nothing (``_take_notice``).
+_TAKER = f"Could not open {os.devnull}: "
 # What an INFO record about GPUs says that explains finding none ("Could not find cuda
 # drivers on your machine"): kept for the device line.
 _ABOUT_GPUS = re.compile(r"cuda|gpu|cuinit|dlopen|libcu|nvidia", re.IGNORECASE)
@@ -78,7 +83,7 @@ def sort(text):
             gpu_notes.append(message)
         # The same record from another library, or again: its time stamp differs.
         key = (level, _RECORD.match(first)["where"], message) if level else first
-        if level == "I" or (level and key in seen):
+        if level == "I" or (level and key in seen) or message.startswith(_TAKER):
             continue
         seen.add(key)
         lines.append((" ".join([first, *more]), about_gpus))
@@ -119,6 +124,24 @@ def _captured():
         caught.append(sink.read().decode(errors="replace"))
 
 
+@functools.cache  # absl writes its notice once a process
+def _take_notice():
+    """Has absl write its "All log messages before absl::InitializeLog() ..." notice now,
+    while captured. absl writes it once, before the first record TensorFlow's C++ code
+    logs: where oneDNN is on (TensorFlow's default on CPUs with AVX-512) its start-up
+    record takes it during the import; where it is off (other CPUs, or
+    TF_ENABLE_ONEDNN_OPTS=0) the import logs nothing, and the notice came out at the first
+    later warning. A harmless warning does it: the V1 checkpoint reader's, on an empty
+    file, which sets up no device and writes nothing; ``sort`` drops the record."""
+    import tensorflow as tf
+    from tensorflow.python.training import py_checkpoint_reader
+
+    try:
+        py_checkpoint_reader.NewCheckpointReader(os.devnull)
+    except tf.errors.OpError:  # DataLossError: not a checkpoint, as intended
+        pass
+
+
 def import_tensorflow(verbose=False):
     """Imports TensorFlow (and Keras): its start-up lines dropped unless ``verbose``, its
     warnings and errors one line each. Idempotent: once imported, it only describes.
@@ -140,6 +163,7 @@ def import_tensorflow(verbose=False):
 
         from tfseg.runtime import device
         gpus = device.name() != "CPU:0"  # looking for GPUs logs what it finds wrong
+        _take_notice()
     lines, gpu_notes = sort(caught[0])
     # Without a GPU, what TensorFlow said about GPUs is the device line's reason instead.
     shown = [line for line, about_gpus in lines if gpus or not about_gpus]
