@@ -115,12 +115,17 @@ def rows(args):
                     steps["memory_saving"].replace(depthwise_kernel="grouped"), True))
         for name in ("stock", "memory_saving"):  # the whole step compiled by XLA
             out.append((label, f"{name}_xla", steps[name].replace(jit_compile=True), True))
+        for name in ("stock", "memory_saving"):  # each block compiled (tfseg.xla.Blocks)
+            out.append((label, f"{name}_blocks", steps[name].replace(jit_compile="blocks"),
+                        True))
         if label.startswith("1024x2048"):
             for name in VARIANT_ROWS:
                 out.append((label, f"{name}_bf16",
                             steps[name].replace(dtype_policy="mixed_bfloat16"), True))
             out.append((label, "memory_saving_bf16_xla", steps["memory_saving"].replace(
                 dtype_policy="mixed_bfloat16", jit_compile=True), True))
+            out.append((label, "memory_saving_bf16_blocks", steps["memory_saving"].replace(
+                dtype_policy="mixed_bfloat16", jit_compile="blocks"), True))
             # Grappler turns float32 and bfloat16 training graphs NCHW with transposes.
             out.append((label, "memory_saving_bf16_layout_off", steps["memory_saving"].replace(
                 dtype_policy="mixed_bfloat16"), False))

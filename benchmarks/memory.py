@@ -84,6 +84,10 @@ def variants(args):
         # XLA drops control dependencies (pitfall P3): this row checks that the
         # data dependency gating each rebuild on its gradient keeps the saving.
         "memory_saving_xla": base.replace(variant="memory_saving", jit_compile=True),
+        # Each block its own XLA computation (tfseg.xla.Blocks): the rewrite's saving
+        # must hold across the blocks' boundaries too.
+        "stock_blocks": base.replace(jit_compile="blocks"),
+        "memory_saving_blocks": base.replace(variant="memory_saving", jit_compile="blocks"),
         # What a Keras user would use instead (tfseg/profile/anchors.py), on the
         # recompute variant's segments where they take segments.
         **{name: anchor_step(base, name).replace(recompute_blocks=tuple(args.recompute))

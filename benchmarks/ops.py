@@ -143,7 +143,7 @@ def build(config, guard):
         model = split_for_run(run, model, loss, overhead=lambda: 0)
         optimizer = optim.optimizer(run, model)
         counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-    step = make_train_step(strategy, model, optimizer, loss, counter, run.run.jit_compile,
+    step = make_train_step(strategy, model, optimizer, loss, counter, builders.jit_mode(run),
                            *optim.l2_weight_decay(run, model),
                            accum_steps=run.optim.grad_accum_steps, guard=guard)
     return model, step

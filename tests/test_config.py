@@ -142,7 +142,7 @@ def test_a_file_where_a_folder_is_needed_names_its_flag(tmp_path):
 WRONG_TYPES = {"bool": ("no", "yes", None, 2, 0.5), "int": ("two", 2.7, None, True, [1]),
                "float": ("fast", None, True, 1j, [0.5]), "str": (5, None, True, ("a",)),
                "path": (5, None, True, b"runs"), "size": (None, True, "a,b", {"a": 1}),
-               "list": (None, True, {"a": 1}, (None,))}
+               "list": (None, True, {"a": 1}, (None,)), "choice": (None, 2.5, 5, ["step"])}
 
 
 def test_every_setting_refuses_a_value_of_another_type_in_one_line_naming_it():

@@ -12,7 +12,7 @@ import tfseg
 ROOT = pathlib.Path(tfseg.__file__).parent
 # Lowest first: each package may import only the ones before it. `errors`, `config`,
 # `recipes` and `io` import no TensorFlow; `runtime` is what training and evaluation share.
-ORDER = ("errors", "config", "recipes", "io", "layers", "memory", "models", "data", "split",
+ORDER = ("errors", "config", "recipes", "io", "layers", "memory", "xla", "models", "data", "split",
          "runtime", "evaluation", "deploy", "training", "profile", "budget", "report", "api", "cli")
 # Imports inside functions, where they are the point: the profiler's measuring process
 # imports TensorFlow only once it runs (its parent may not have it loaded); tfseg.training

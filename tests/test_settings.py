@@ -33,6 +33,10 @@ KINDS = {
     "enum": ("norm", [("group", "group")],
              [("layer", "must be one of batch, sync_batch, group, got 'layer'"),
               (3, "must be a string, got 3")]),
+    "choice": ("jit_compile", [(True, "step"), ("false", "off"), ("blocks", "blocks"),
+                               (0, "off")],
+               [("fast", "must be one of off, step, blocks, auto, got 'fast'"),
+                (2.5, "must be a string, got 2.5")]),
     "str": ("data_service", [("grpc://host:5050", "grpc://host:5050")],
             [(5050, "must be a string, got 5050"),
              ("host:5050", "must look like grpc://HOST:PORT, got 'host:5050'")]),
@@ -68,7 +72,7 @@ REFUSED = [(flag, given, why) for flag, _, refused in KINDS.values() for given, 
 def test_every_kind_of_setting_is_in_the_table():
     """A new kind of setting needs its row here."""
     kinds = {kind_of(field) for _, field in flag_table().values()}
-    assert kinds == {"int", "float", "bool", "str", "size", "list", "path"}
+    assert kinds == {"int", "float", "bool", "str", "size", "list", "path", "choice"}
     assert {kind_of(flag_table()[flag][1]) for flag, _, _ in KINDS.values()} == kinds
 
 

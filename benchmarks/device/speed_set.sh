@@ -2,12 +2,16 @@
 # Device side: issue 45's speed set in its priority order, on one lent GPU, after setup.sh.
 # Every stage writes its results under OUT as it goes, so a call cut short keeps them.
 #   bash benchmarks/device/speed_set.sh SECONDS [STAGE,...]   # budget for the stages named
-#   bash benchmarks/device/speed_set.sh 420 first    # call 1: full, torch, loop
-#   bash benchmarks/device/speed_set.sh 360 second   # call 2, warm machine: xla, dilated, bf16,
-#                                                    # parity, largest
+#   bash benchmarks/device/speed_set.sh 420 first    # call 1: blocks, launches, full
+#   bash benchmarks/device/speed_set.sh 360 second   # call 2, warm machine: torch, loop, xla,
+#                                                    # dilated, bf16, parity, largest
 # A task's device time is 15 minutes: the install's calls (about a minute), then these two.
 # Each stage is capped; in the second call the largest batch runs only if time is left.
 # Stages, each bounded by what is left:
+#   blocks   --jit_compile=blocks (tfseg.xla.Blocks): memory saving and stock at 1024x2048 b1,
+#            memory saving at 513x513 b2 and in bf16, each profiled (busy from the trace);
+#            then benchmarks/launches.py at 1024x2048 b1: ops, compilations, the first step
+#            of a fresh process and of a second one reading the compilation cache
 #   full     memory saving, stock, and memory saving with grouped depthwise convs at 1024x2048
 #            b1 (benchmarks/gpu.py); each process's
 #            first step is the warm start, the second reading the driver's cache the first filled;
@@ -21,8 +25,9 @@
 #   largest  the largest batch at 1024x2048 under --memory_budget_gb=22, measured (report)
 set -u
 BUDGET=${1:-540}; START=$(date +%s); OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-STAGES=${2:-full,torch,loop,xla,dilated,bf16,parity,largest}
-STAGES=${STAGES/first/full,torch,loop}; STAGES=${STAGES/second/xla,dilated,bf16,parity,largest}
+STAGES=${2:-blocks,launches,full,torch,loop,xla,dilated,bf16,parity,largest}
+STAGES=${STAGES/first/blocks,launches,full}
+STAGES=${STAGES/second/torch,loop,xla,dilated,bf16,parity,largest}
 want() { [[ ",$STAGES," == *",$1,"* ]]; }
 . /tmp/tfenv.sh
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
@@ -36,6 +41,11 @@ stage() {  # stage NAME CAP command...: runs the command for at most min(CAP, wh
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,power.limit --format=csv,noheader \
   | tee "$OUT/stages.txt"
+stage blocks 150 python3 benchmarks/gpu.py --repeats 1 --max_minutes 2.4 --profile \
+  --out_dir "$OUT/blocks" --rows '1024x2048 b1:memory_saving_blocks' '1024x2048 b1:stock_blocks' \
+  '513x513 b2:memory_saving_blocks' '1024x2048 b1:memory_saving_bf16_blocks'
+stage launches 100 python3 benchmarks/launches.py --size 1024 2048 --batch 1 \
+  --rows blocks blocks_cached
 stage full 170 python3 benchmarks/gpu.py --repeats 1 --parity --max_minutes 2.75 --profile \
   --out_dir "$OUT/full" --rows '1024x2048 b1:memory_saving' '1024x2048 b1:stock' \
   '1024x2048 b1:memory_saving_grouped'

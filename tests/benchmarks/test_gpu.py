@@ -84,7 +84,9 @@ def test_rows_and_parity_choose_the_measurements_in_the_order_given():
     args = argparse.Namespace(cpu=False, rows=None, parity=None, timed_steps=5,
                                   norm_setting="fused_norm")
     every = [(size, name) for size, name, _, _ in gpu.rows(args)]
-    assert ("1024x2048 b1", "memory_saving_bf16") in every and len(every) == 21
+    assert ("1024x2048 b1", "memory_saving_bf16") in every and len(every) == 26
+    assert ("1024x2048 b1", "memory_saving_bf16_blocks") in every
+    assert ("513x513 b2", "stock_blocks") in every
     assert ("1024x2048 b1", "memory_saving_grouped") in every
     assert ("1024x2048 b1", "memory_saving_bf16_layout_off") in every
     # The network of docs/benchmarks.md's CPU column: the full Xception-65, not the
@@ -95,7 +97,9 @@ def test_rows_and_parity_choose_the_measurements_in_the_order_given():
         config = StepConfig.from_json(step)
         assert (config.run.model.width_multiplier, config.run.model.middle_repeats,
                 config.num_classes) == (1.0, 16, 21)
-        assert config.run.run.jit_compile == name.endswith("_xla")  # the whole step, by XLA
+        # The whole step by XLA, or each block (tfseg.xla.Blocks).
+        assert config.run.run.jit_compile == (
+            "step" if name.endswith("_xla") else "blocks" if name.endswith("_blocks") else "off")
     args.rows = ["1024x2048 b1:recompute", "stock"]
     chosen = [(size, name) for size, name, _, _ in gpu.rows(args)]
     assert chosen == [("1024x2048 b1", "recompute"), ("513x513 b2", "stock"),

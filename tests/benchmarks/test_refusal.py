@@ -11,8 +11,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The benchmarks a user runs (gpu_child.py is gpu.py's; gpu_table.py, loop_sampler.py and
 # refusal.py are modules). memory.py and input_pipeline.py import TensorFlow before parsing.
-COMMANDS = ("dilated", "export", "gpu", "gpu_loop", "gpu_readiness", "input_pipeline", "memory",
-            "ops", "optimizer_peak", "rewrite", "split")
+COMMANDS = ("dilated", "export", "gpu", "gpu_loop", "gpu_readiness", "input_pipeline",
+            "launches", "memory", "ops", "optimizer_peak", "rewrite", "split")
 
 
 def test_every_benchmark_command_is_checked():

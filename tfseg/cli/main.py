@@ -25,7 +25,7 @@ from tfseg.config import Config, flag_table
 from tfseg.config.names import BUILTIN_BACKBONE
 from tfseg.config.values import kind_of
 from tfseg.errors import InputError, NonFiniteLoss
-from tfseg.runtime import caches
+from tfseg.runtime import caches, xla_cache
 
 PROG = "tfseg"
 HELP = ("--help", "-h", "--helpfull", "--helpshort", "-?")
@@ -58,8 +58,10 @@ def define_flags():
     defaults = Config().flat()
     for name, (_, field) in flag_table().items():
         default = defaults[name]
+        # A setting that was once a bool keeps --name and --noname (its aliases).
+        boolean = isinstance(default, bool) or bool(field.metadata.get("aliases"))
         flags.DEFINE_flag(flags.Flag(_Text(kind_of(field)), _Serializer(), name, default,
-                                     field.metadata["help"], boolean=isinstance(default, bool)))
+                                     field.metadata["help"], boolean=boolean))
     flags.DEFINE_bool("verbose", False, "Also print TensorFlow's start-up and INFO lines.")
 
 
@@ -72,6 +74,8 @@ def config_from_flags():
     config = Config.from_flags({name: FLAGS[name].value for name in flag_table()})
     if config.run.mode not in modes.NO_TENSORFLOW:
         caches.warm_start()  # read when TensorFlow and CUDA start
+        if config.run.jit_compile != "off":  # XLA's flags too
+            xla_cache.use(config.run.compile_cache_dir)
         # The device, named once: a broken CUDA install would train on the CPU unnoticed.
         print(quiet.import_tensorflow(FLAGS.verbose), flush=True)
     if config.run.init_checkpoint and config.run.mode not in (*modes.NO_TENSORFLOW, "convert"):

@@ -30,6 +30,8 @@ APPLICATION_BACKBONES = tuple(APPLICATIONS)
 BACKBONES = (BUILTIN_BACKBONE,) + APPLICATION_BACKBONES
 # Bilinear resize conventions: tf.image.resize's, and TF1's (research/deeplab's).
 RESIZE_MODES = ("half_pixel", "align_corners")
+# --jit_compile: none, the whole step, each block (tfseg.xla), or blocks on a GPU only.
+JIT_MODES = ("off", "step", "blocks", "auto")
 # What --recompute can name: whole backbone blocks (every unit of "middle"), single
 # middle units (``unit_name("middle", k)``) and the two head segments.
 RECOMPUTE_BLOCKS = ("entry_stem", "entry_block1", "entry_block3", "middle", "exit_block1",
@@ -64,12 +66,14 @@ def recompute_names(middle_repeats):
     return RECOMPUTE_BLOCKS + units + RECOMPUTE_HEAD
 
 
-def setting(default, help, flag=None, items=None, path=False):
+def setting(default, help, flag=None, items=None, path=False, aliases=None):
     """A config field that is also a flag. ``items``: (type, count or None) of a list
     flag's values; a single value is repeated to ``count``. ``path``: a str setting that
-    also takes an ``os.PathLike``. ``tfseg.config.values`` parses each kind."""
+    also takes an ``os.PathLike``. ``aliases``: {true or false: value} of a str setting
+    that was once a bool, so that its old forms (``--name``, ``--noname``, a config.json's
+    true) keep their meaning. ``tfseg.config.values`` parses each kind."""
     return dataclasses.field(default=default, metadata=dict(help=help, flag=flag, items=items,
-                                                            path=path))
+                                                            path=path, aliases=aliases))
 
 
 def check(ok, flag, message):

@@ -3,9 +3,10 @@
 import dataclasses
 from typing import Tuple
 
-from tfseg.config.names import (DTYPE_POLICIES, EXPORT_FORMATS, MODES, OUTPUT_FORMATS,
-                                REPORT_VARIANTS, STRATEGIES, TFLITE_QUANTIZATIONS, check,
-                                distinct_devices, folder_ok, one_of, setting)
+from tfseg.config.names import (DTYPE_POLICIES, EXPORT_FORMATS, JIT_MODES, MODES,
+                                OUTPUT_FORMATS, REPORT_VARIANTS, STRATEGIES,
+                                TFLITE_QUANTIZATIONS, check, distinct_devices, folder_ok,
+                                one_of, setting)
 from tfseg.config.values import parse_fields
 
 
@@ -38,7 +39,19 @@ class Run:
         "shard's logits and gradients stay on its device.",
         items=(str, None))
     dtype_policy: str = setting("float32", "float32, mixed_float16 or mixed_bfloat16.")
-    jit_compile: bool = setting(False, "Compile the training step with XLA.")
+    jit_compile: str = setting(
+        "off", "XLA for the training step: step compiles the whole step as one computation "
+        "(minutes for a large network); blocks compiles each block (a backbone unit, the "
+        "ASPP, the decoder, the loss, the update) as its own, forward and backward, so "
+        "that a step is a few hundred launches, not thousands of ops; off runs TF's ops "
+        "one by one. auto: blocks on a GPU, off on a CPU (where XLA's code is slower "
+        "than oneDNN's). --jit_compile is step, --nojit_compile off.",
+        aliases={True: "step", False: "off"})
+    compile_cache_dir: str = setting(
+        "auto", "Where XLA keeps the step's compiled blocks (--jit_compile), so that a "
+        "second run of the same shapes starts without compiling: auto is the user's cache "
+        "folder (~/.cache/tfseg/xla), off none. A damaged entry is removed and compiled "
+        "again; on a nearly full disk the cache is only read.", path=True)
     fused_norm: str = setting(
         "auto", "--memory_saving's batch norms in training: true runs TF's fused kernels "
         "(FusedBatchNormV3 and its gradient) where they apply (NHWC float32/16/bf16, one "
@@ -170,7 +183,8 @@ class Run:
         check(not self.model_devices or self.strategy == "default", "model_devices",
               f"splits one model across devices and does not combine with "
               f"--strategy={self.strategy} (data parallelism); use --strategy=default")
-        check(not (self.model_devices and self.jit_compile), "model_devices",
+        one_of(self.jit_compile, JIT_MODES, "jit_compile")
+        check(not (self.model_devices and self.jit_compile != "off"), "model_devices",
               "places each part on its device, which XLA's whole-step compilation "
               "(--jit_compile) does not keep; drop --jit_compile")
         distinct_devices(self.model_devices, "model_devices")
@@ -180,6 +194,6 @@ class Run:
               f"--strategy={self.strategy}; use --strategy=default")
         # Keras compiles only the replica step, never strategy.run with apply_gradients
         # inside tf.cond; that combination is untested here (no multi-GPU machine).
-        check(not (self.jit_compile and self.strategy in ("mirrored", "multi_worker")),
+        check(not (self.jit_compile != "off" and self.strategy in ("mirrored", "multi_worker")),
               "jit_compile", f"is not supported with --strategy={self.strategy}; use "
               f"--strategy=default or one_device, or drop --jit_compile")

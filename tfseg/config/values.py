@@ -38,6 +38,8 @@ def kind_of(field):
         return "size" if items[1] else "list"
     if field.metadata.get("path"):
         return "path"
+    if field.metadata.get("aliases"):
+        return "choice"
     return type(field.default).__name__
 
 
@@ -145,7 +147,18 @@ def parse(field, value):
       ValueError: why not, without the flag's name ("must be an integer, got 2.7").
     """
     kind = kind_of(field)
+    if kind == "choice":
+        return _choice(field, value)
     return _items(field, value) if kind in ("size", "list") else SCALARS[kind](value)
+
+
+def _choice(field, value):
+    """A str setting that was once a bool: true and false (absl's words, or Python's)
+    are its aliases' values; any other text is itself (its section checks the names)."""
+    try:
+        return field.metadata["aliases"][_bool(value)]
+    except ValueError:
+        return _str(value)
 
 
 def parse_fields(section):
@@ -178,6 +191,9 @@ def saved_type_error(field, value):
             isinstance(v, str) if kind is str else number(v, kind) for v in value)
         return None if ok else f"must be a list of {WORDS[kind]}, got {value!r}"
     kind = type(field.default)
+    if field.metadata.get("aliases"):  # a run saved when the setting was a bool: true
+        return None if isinstance(value, (bool, str)) else \
+            f"must be a string, or true or false, got {value!r}"
     if kind is bool:
         return None if isinstance(value, bool) else f"must be true or false, got {value!r}"
     if kind in (int, float):

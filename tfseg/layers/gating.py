@@ -29,7 +29,8 @@ Example:
 """
 
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util  # XLA's context has no public test
+
+from tfseg.layers.xla_context import compiled
 
 
 def gated(tensor, gradient, vector=None, always_data=False):
@@ -55,7 +56,7 @@ def gated(tensor, gradient, vector=None, always_data=False):
     waits = list(gradient) if isinstance(gradient, (list, tuple)) else [gradient]
     with tf.control_dependencies(waits):
         out = tf.identity(tensor)
-    xla = control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+    xla = compiled()
     if not (xla or always_data):
         return out if vector is None else (out, vector)
     flat = tf.reshape(waits[0], [-1])

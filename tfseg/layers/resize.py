@@ -13,8 +13,9 @@ kernel (cheaper than dense products, one `ResizeBilinear` op in exported graphs)
 import keras
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.framework import ops, tensor_util
-from tensorflow.python.ops import control_flow_util
+from tensorflow.python.framework import tensor_util
+
+from tfseg.layers.xla_context import compiled
 
 
 def interpolation_matrix(in_size, out_size, align_corners=False, dtype=np.float32):
@@ -85,7 +86,7 @@ def resize_bilinear(x, size, align_corners=False):
     """
     static = _static_size(size)
     if (static is not None and None not in x.shape[1:3]
-            and control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph())):
+            and compiled()):
         return resize_by_matrices(x, static, align_corners)
     if align_corners:
         # The op behind tf.compat.v1.image.resize_bilinear; half_pixel_centers must

@@ -81,6 +81,20 @@ class Graph:
             raise ValueError(f"{self.model.name}: no layer {name!r} called once")
         return nodes[0]
 
+    def run(self, nodes, tensors, training=None):
+        """Calls the layers of `nodes` (this graph's, in its order) as the model's own
+        call would: each on the tensors `tensors` holds for its inputs (keyed by the id
+        of the symbolic tensor), with `training` where its call takes it; adds their
+        outputs to `tensors` and returns it."""
+        for node in nodes:
+            args, kwargs = node.arguments.fill_in(tensors)
+            layer = node.operation
+            if training is not None and "training" in getattr(layer, "_call_context_args", ()):
+                kwargs["training"] = training
+            outputs = keras.tree.flatten(layer(*args, **kwargs))
+            tensors.update((id(x), y) for x, y in zip(node.outputs, outputs))
+        return tensors
+
     def only_consumer(self, node):
         """The single node that uses `node`'s single output, else None."""
         if len(node.outputs) != 1 or id(node.outputs[0]) in self.outputs:

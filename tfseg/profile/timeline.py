@@ -12,7 +12,9 @@ and returns:
   where there is no GPU plane (the CPU).
 - `host`: the executor's op events by type (on a GPU, the time to launch each op's
   kernels; on the CPU, the op's own work), their count and summed seconds, each op's
-  own time (a function call or a cond's branch without the ops run inside it).
+  own time (a function call or a cond's branch without the ops run inside it). `ops`
+  counts every op the executor ran, `async_ops` those of them that ran asynchronously
+  (an XLA computation's launch is one), which `by_type` leaves out.
 
 Each `by_type` is [[type, seconds, count], ...], longest first, the first `top` of them
 with the rest summed into one `(other)` entry. It answers what NVML's utilisation
@@ -38,6 +40,9 @@ import os
 import time
 
 PS = 1e-12
+# The executor's event for an asynchronous op, an XLA launch among them: such ops have no
+# "name:Type" event of their own on the CPU.
+ASYNC_START = "ExecutorState::ProcessAsync::Start"
 
 
 def profile(fn, logdir, top=15):
@@ -86,14 +91,16 @@ def summarize(space, top=15):
                     _add(totals, kernel_type(plane, event, ids), event.duration_ps)
         device = {"busy_seconds": union_ps(intervals) * PS, "kernels": len(intervals),
                   "by_type": ranked(totals, top)}
-    totals = {}
+    totals, launches = {}, 0
     for plane in hosts:
         for line in plane.lines:
             ops = [(event.offset_ps, event.duration_ps, kind) for event in line.events
                    if (kind := op_type(plane.event_metadata[event.metadata_id]))]
             for kind, self_ps in self_times(ops):
                 _add(totals, kind, self_ps)
-    host = {"ops": sum(n for _, n in totals.values()),
+            launches += sum(plane.event_metadata[event.metadata_id].name == ASYNC_START
+                            for event in line.events)
+    host = {"ops": sum(n for _, n in totals.values()) + launches, "async_ops": launches,
             "op_seconds": sum(ps for ps, _ in totals.values()) * PS,
             "by_type": ranked(totals, top)}
     return {"device": device, "host": host}

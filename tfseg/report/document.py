@@ -66,7 +66,8 @@ def configuration(report):
             ("output stride", c.get("output_stride", "?")),
             ("normalisation", c.get("norm", "?")),
             ("dtype policy", c.get("dtype_policy", "float32")),
-            ("XLA (jit_compile)", "on" if c.get("jit_compile") else "off"),
+            ("XLA (jit_compile)", {True: "step", False: "off", None: "off"}.get(
+                c.get("jit_compile"), c.get("jit_compile"))),
             ("device", device),
             ("variants", ", ".join(report["variants"]))]
     rows += [(f"{name} recomputes", ", ".join(blocks)) for name, blocks in recomputed.items()]

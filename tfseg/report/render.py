@@ -54,7 +54,7 @@ def table(report):
     rows.append(f"(device: {report['device']}{_overhead(report.get('device_overhead'))})")
     for name, error in (report.get("failed") or {}).items():
         rows.append(f"({name} did not run: {error})")
-    if report["config"]["jit_compile"]:
+    if report["config"]["jit_compile"] not in (False, "off"):
         rows.append(XLA_CAVEAT)
     blocks = {n: v["recompute_blocks"] for n, v in report["variants"].items() if v["recompute_blocks"]}
     for name, b in blocks.items():
@@ -170,7 +170,7 @@ def markdown(report):
     """report.md (`tfseg.report.document`), opening with the caveats of a stopped or
     time-bounded report."""
     notes = [f"{name} did not run: {error}" for name, error in (report.get("failed") or {}).items()]
-    if report["config"].get("jit_compile"):
+    if report["config"].get("jit_compile") not in (None, False, "off"):
         notes.append(XLA_CAVEAT.strip("()"))
     return document.markdown(report, caveats(report), notes)
 

@@ -30,6 +30,16 @@ def strategy(config):
     return tf.distribute.get_strategy()
 
 
+def jit_mode(config):
+    """``--jit_compile`` as the step takes it: "off", "step" or "blocks"; "auto" is
+    "blocks" where TensorFlow sees a GPU and "off" on a CPU, whose XLA code is slower
+    than oneDNN's (docs/benchmarks.md)."""
+    mode = config.run.jit_compile
+    if mode == "auto":
+        return "blocks" if tf.config.get_visible_devices("GPU") else "off"
+    return mode
+
+
 def norm_for(config, strategy_):
     """Batch norm becomes sync batch norm when more than one replica shares a step."""
     if config.model.norm == "batch" and strategy_.num_replicas_in_sync > 1:

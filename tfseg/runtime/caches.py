@@ -6,11 +6,9 @@ default size (256 MiB) is too small for TensorFlow's kernels, so each fresh proc
 H100 compiled again (27-102 s before its first step, docs/benchmarks.md).
 
 The size is read when CUDA starts, so `warm_start` runs before TensorFlow is imported,
-and never overrides what the user set. XLA's persistent cache of compiled steps stays the
-user's choice (`TF_XLA_FLAGS=--tf_xla_persistent_cache_directory=DIR`, docs/gpu.md): in
-TensorFlow 2.21 a damaged entry (a run killed while writing it) fails every later run
-that looks it up, a failed write fails the step, and its key names neither the GPU nor
-TensorFlow's version.
+and never overrides what the user set. XLA's persistent cache of compiled steps is
+`tfseg.runtime.xla_cache` (`--compile_cache_dir`), which guards against what TensorFlow
+2.21's own cache does with a damaged entry or a full disk.
 
 Example:
 

@@ -15,7 +15,8 @@ from tfseg.config import Config
 from tfseg.config.config import flag_value
 from tfseg.errors import InputError
 from tfseg.evaluation.evaluate import eval_data
-from tfseg.runtime import builders, checkpoints, files, init
+from tfseg.models import deeplab
+from tfseg.runtime import builders, checkpoints, files, init, xla_cache
 from tfseg.runtime import device as device_lib
 from tfseg.runtime.signals import StopRequest
 from tfseg.split import split_for_run
@@ -41,10 +42,20 @@ def build_step(config, strategy, make_model, norm):
         optimizer = optim.optimizer(config, model)
         step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
     train_step = make_train_step(strategy, model, optimizer, loss,
-                                 step, config.run.jit_compile,
+                                 step, builders.jit_mode(config),
                                  *optim.l2_weight_decay(config, model),
-                                 accum_steps=config.optim.grad_accum_steps)
+                                 accum_steps=config.optim.grad_accum_steps,
+                                 block_of=deeplab.block_of)
     return model, optimizer, step, train_step
+
+
+def _xla_words(config):
+    """How the step is compiled, in the run's first lines: "XLA blocks (--jit_compile=
+    auto on a GPU)", "no XLA", ..."""
+    mode, given = builders.jit_mode(config), config.run.jit_compile
+    words = {"off": "no XLA", "step": "XLA: the whole step", "blocks": "XLA: blocks"}[mode]
+    return words + (f" (--jit_compile=auto, on a {device_lib.name()[:3]})"
+                    if given == "auto" else "")
 
 
 @dataclasses.dataclass
@@ -175,6 +186,8 @@ def _prepare(config, strategy, log, record):
         # The initial weights and dropout too: with --deterministic, a run is repeatable.
         keras.utils.set_random_seed(run_settings.seed)
     builders.set_dtype_policy(config)
+    if builders.jit_mode(config) != "off":  # before XLA's first compilation reads its flags
+        xla_cache.use(config.run.compile_cache_dir, log)
     run = build(config, strategy)
     if run.ckpts.chief:
         run.ckpts.remove_leftovers()  # of saves a kill interrupted; we hold the folder's lock
@@ -187,7 +200,7 @@ def _prepare(config, strategy, log, record):
     run.read.assign(max(int(run.read.numpy()), start * optim_settings.grad_accum_steps))
     log(f"{run.model.name}: {run.model.count_params():,} parameters, "
         f"{run.source.num_classes} classes, {run.norm} norm, "
-        f"{strategy.num_replicas_in_sync} replica(s); "
+        f"{strategy.num_replicas_in_sync} replica(s), {_xla_words(config)}; "
         + (f"resumed from {restored} at step {start}" if restored else
            f"from the weights of {run_settings.init_checkpoint}"
            if run_settings.init_checkpoint else "from scratch"))

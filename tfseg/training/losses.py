@@ -99,7 +99,11 @@ class PixelLoss(keras.losses.Loss):
 
     def logits_of(self, model, inputs):
         """What tfseg's training step gives this loss as ``y_pred``: ``model``'s output."""
-        return model(inputs, training=True)
+        return self.logits_model_of(model)(inputs, training=True)
+
+    def logits_model_of(self, model):
+        """The functional model whose output ``logits_of`` gives: ``model`` itself."""
+        return model
 
     def get_config(self):
         return {"class_weights": list(self.class_weights), "name": self.name}
@@ -155,10 +159,11 @@ class ResizedPixelLoss(PixelLoss):
         # The same layers, up to the resize's input: shares the model's variables.
         self.logits_model = keras.Model(model.inputs, node.input_tensors[0], name=model.name)
 
-    def logits_of(self, model, inputs):
+    def logits_model_of(self, model):
+        """The model up to the resize's input (``logits_model``), for ``model`` only."""
         if model is not self.model:
             raise ValueError(f"{self.name}: made for {self.model.name}, given another model")
-        return self.logits_model(inputs, training=True)
+        return self.logits_model
 
     def call(self, y_true, y_pred, sample_weight=None, count=None):
         labels = _class_ids(y_true)

@@ -8,6 +8,7 @@ import tensorflow as tf
 from tfseg.layers.gating import gated
 from tfseg.models import normalize
 from tfseg.split import PlacedModel
+from tfseg.xla import Blocks, tf_variables
 
 
 def l2_penalty(weight_decay, kernels):
@@ -98,8 +99,8 @@ def _writes_kept_unless(optimizer, finite):
                 optimizer.__dict__[name] = previous
 
 
-def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False,
-                    weight_decay=0.0, decayed=(), accum_steps=1, guard="cond"):
+def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile="off",
+                    weight_decay=0.0, decayed=(), accum_steps=1, guard="cond", block_of=None):
     """A tf.function: one distributed batch -> (loss, finite flag, replica 0's predictions).
 
     A batch is (images uint8 [B, H, W, 3], labels int32 [B, H, W]), as
@@ -144,18 +145,32 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile=False
 
     A ``tfseg.split.PlacedModel`` (a model split across devices) runs each layer's
     forward and backward ops on its part's device, and the loss on the last part's.
+
+    ``jit_compile``: "off", "step" (the whole step one XLA computation) or "blocks": the
+    model runs as ``tfseg.xla.Blocks`` (``block_of(layer)`` names a layer's block; None:
+    each layer its own), and the loss, the L2 term with the finite check, and the update
+    are each one more XLA computation, so that a step is a few launches per block. The
+    guard is then "select" where it covers the optimizer: no predicate goes to the host.
+    (True and False are "step" and "off".)
     """
     if accum_steps < 1:
         raise ValueError(f"accum_steps must be >= 1, got {accum_steps}")
     if guard not in ("auto", "select", "cond"):
         raise ValueError(f'guard must be "auto", "select" or "cond", got {guard!r}')
+    mode = {True: "step", False: "off"}.get(jit_compile, jit_compile)
+    if mode not in ("off", "step", "blocks"):
+        raise ValueError(f'jit_compile must be "off", "step" or "blocks", got {jit_compile!r}')
+    if mode == "blocks" and guard == "cond":
+        guard = "auto"  # a cond's predicate would go to the host between two launches
     select = selects(optimizer, model.trainable_variables) and guard != "cond"
     if guard == "select" and not select:
         raise ValueError(f"guard='select' does not cover {type(optimizer).__name__} as "
                          f"configured (tfseg.training.step.selects)")
     parts = _TrainStep(strategy, model, optimizer, loss_fn, step, weight_decay, tuple(decayed),
                        accum_steps, select)
-    return tf.function(parts.train_step, jit_compile=jit_compile)
+    if mode == "blocks":
+        parts.compile_blocks(block_of)
+    return tf.function(parts.train_step, jit_compile=mode == "step")
 
 
 class _TrainStep:
@@ -170,6 +185,29 @@ class _TrainStep:
         self.loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
         self.variables = model.trainable_variables
         self.placed = isinstance(model, PlacedModel)  # split across devices (tfseg.split)
+        self.blocks = None  # tfseg.xla.Blocks of the model, under --jit_compile=blocks
+        self.loss_of, self.regularized, self.count_bad = loss_fn, self.add_l2, self.bad
+        self.apply = self.update
+
+    def compile_blocks(self, block_of):
+        """Runs the model as XLA blocks and each of the step's other stages as one XLA
+        computation (``make_train_step``'s ``jit_compile="blocks"``)."""
+        if self.placed:
+            raise ValueError("jit_compile='blocks' does not place a split model's parts")
+        self.blocks = Blocks(self.loss_fn.logits_model_of(self.model), block_of)
+        loss_fn = self.loss_fn
+
+        def loss(labels, logits, count):
+            return loss_fn(labels, logits, count=count)
+
+        def compiled(fn):
+            return tf.function(fn, jit_compile=True, autograph=False)
+
+        self.loss_of, self.regularized = compiled(loss), compiled(self.add_l2)
+        self.count_bad, self.apply = compiled(self.bad), compiled(self.update)
+        if not self.optimizer.built:  # its slots are made here, not inside a compiled update
+            with self.strategy.scope():
+                self.optimizer.build(self.variables)
 
     def forward_backward(self, images, labels, count=None, after=None):
         """(loss, gradients, logits) of one (micro-)batch; ``after``: gradients to wait for."""
@@ -191,17 +229,39 @@ class _TrainStep:
             grads = tf.gradients(scaled, [v.value for v in variables])
         else:
             with tf.GradientTape() as tape:
-                logits = loss_fn.logits_of(model, inputs)  # the model's output, or before it
-                loss = loss_fn(labels, logits, count=count)
+                if self.blocks is None:
+                    logits = loss_fn.logits_of(model, inputs)  # the model's output, or before
+                else:
+                    logits = self.blocks(inputs)
+                loss = self.loss_of(labels, logits, count)
                 scaled = optimizer.scale_loss(loss)
-            grads = tape.gradient(scaled, variables)
+            if self.blocks is None:
+                grads = tape.gradient(scaled, variables)
+            else:
+                # The blocks' backward passes are built now (``Blocks.backward``); the
+                # sources are TF's variables, taken before the blocks repoint Keras's.
+                sources = tf_variables(variables)
+                with self.blocks.backward():
+                    grads = tape.gradient(scaled, sources)
         if self.decayed:
-            share = self.weight_decay / (self.strategy.num_replicas_in_sync * self.accum_steps)
-            loss += l2_penalty(share, self.decayed)
-            # Scaled as the loss is (the loss-scale optimizer unscales them all).
-            grads = _with_l2(grads, variables, self.decayed,
-                             optimizer.scale_loss(tf.constant(share)))
+            loss, grads = self.regularized(loss, grads)
         return loss, grads, logits
+
+    def add_l2(self, loss, grads):
+        """(loss, grads) with this replica's share of the L2 term (``l2_penalty``)."""
+        share = self.weight_decay / (self.strategy.num_replicas_in_sync * self.accum_steps)
+        loss += l2_penalty(share, self.decayed)
+        # Scaled as the loss is (the loss-scale optimizer unscales them all).
+        return loss, _with_l2(grads, self.variables, self.decayed,
+                              self.optimizer.scale_loss(tf.constant(share)))
+
+    def bad(self, loss, grads):
+        """1 where ``loss`` (or, without a loss-scale optimizer, a gradient) is not
+        finite, else 0."""
+        finite = tf.math.is_finite(loss)
+        if not self.loss_scaled:
+            finite = tf.reduce_all([finite] + [tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        return 1 - tf.cast(finite, tf.int32)
 
     def replica_step(self, micro):
         """Forward and backward of this replica's micro-batches [(images, labels)]."""
@@ -215,12 +275,10 @@ class _TrainStep:
                 loss += part
                 grads = part_grads if grads is None else [
                     a + b for a, b in zip(grads, part_grads)]
-        finite = tf.math.is_finite(loss)
-        if not self.loss_scaled:
-            finite = tf.reduce_all([finite] + [tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        bad = self.count_bad(loss, grads)
         with tf.control_dependencies(grads if self.loss_fn.predict_after_backward else []):
             predictions = self.loss_fn.classes(logits, tf.shape(micro[-1][0])[1:3])
-        return loss, 1 - tf.cast(finite, tf.int32), grads, predictions
+        return loss, bad, grads, predictions
 
     def update(self, grads, finite=None):
         optimizer, variables = self.optimizer, self.variables
@@ -249,12 +307,12 @@ class _TrainStep:
         finite = strategy.reduce(tf.distribute.ReduceOp.SUM, bad, axis=None) == 0
         before = tf.identity(optimizer.iterations.value)
         if self.loss_scaled:
-            strategy.run(self.update, args=(grads,))
+            strategy.run(self.apply, args=(grads,))
         elif self.select:
             with _writes_kept_unless(optimizer, finite):
-                strategy.run(self.update, args=(grads, finite))
+                strategy.run(self.apply, args=(grads, finite))
         else:
-            tf.cond(finite, lambda: strategy.run(self.update, args=(grads,)), lambda: None)
+            tf.cond(finite, lambda: strategy.run(self.apply, args=(grads,)), lambda: None)
         # Automatic control dependencies order this read after the update above.
         self.step.assign_add(tf.cast(optimizer.iterations.value - before, tf.int64))
         return loss, finite, strategy.experimental_local_results(predictions)[0]

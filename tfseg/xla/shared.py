@@ -1,0 +1,95 @@
+"""One compiled function for blocks of the same structure: the layers of the first run
+with the variables of whichever block calls it.
+
+The 16 middle units of Xception-65 are the same computation on different weights. Each
+compiled on its own would cost 16 compilations of the same code. Here a block's
+function takes its variables as arguments: inside, the first block's layers (the
+template) read them, because each of the template's Keras variables is pointed, while
+the function is traced, at a variable made on the argument's handle. TensorFlow traces
+the function once for all blocks of its shapes, and XLA compiles it once.
+
+TensorFlow builds the function's backward pass later, when the step asks for gradients;
+a twin's custom gradient (a recomputation) then runs the template's layers again. For
+them to read the arguments too, `Templates.backward()` points the template's variables
+at the same handles while the gradients are built.
+
+This is the one place that reads Keras's and TensorFlow's variable internals: a Keras
+variable's TensorFlow variable (`_value`) and a variable made on a given handle.
+"""
+
+import contextlib
+
+import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops  # a variable on a given handle
+
+
+class Template:
+    """The layers of one block (`variables`: theirs, in a fixed order), run with another
+    block's variables of the same shapes."""
+
+    def __init__(self, variables):
+        self.variables = list(variables)
+        self._traced = []  # the variables made on the arguments' handles, by each trace
+
+    @contextlib.contextmanager
+    def reading(self, arguments):
+        """While entered, inside a function being traced whose arguments include the
+        TensorFlow variables `arguments` (one per template variable, in order), the
+        template's layers read and assign those."""
+        made = [_on_handle(v) for v in arguments]
+        self._traced.append(made)
+        with _pointed(self.variables, made):
+            yield
+
+    @contextlib.contextmanager
+    def backward(self):
+        """While entered, the template's layers read the handles of its function's
+        trace: for the backward pass TensorFlow builds from that trace."""
+        if not self._traced:
+            yield
+            return
+        if len(self._traced) > 1:
+            raise ValueError("a shared block was traced for several input shapes; its "
+                             "backward pass would read one trace's variables")
+        with _pointed(self.variables, self._traced[0]):
+            yield
+
+
+def keras_variables(layers):
+    """The variables of `layers`, each once, in the order of the layers."""
+    seen, found = set(), []
+    for layer in layers:
+        for v in layer.variables:
+            if id(v) not in seen:
+                seen.add(id(v))
+                found.append(v)
+    return found
+
+
+def tf_variables(variables):
+    """The TensorFlow variables of Keras variables (what a function takes as arguments)."""
+    return [v.value if hasattr(v, "_value") else v for v in variables]
+
+
+def _on_handle(variable):
+    """A variable of the graph being traced on `variable`'s handle there: reads and
+    assignments go through the function's argument, and it is trainable as the
+    argument is, so that a custom gradient inside gives it a gradient."""
+    handle = tf.compat.v1.get_default_graph().capture(variable.handle)
+    return resource_variable_ops.BaseResourceVariable(
+        trainable=variable.trainable, shape=variable.shape, dtype=variable.dtype,
+        handle=handle, unique_id=f"{variable._unique_id}_block",
+        handle_name=variable._handle_name, in_graph_mode=True)
+
+
+@contextlib.contextmanager
+def _pointed(keras_variables_, targets):
+    """Keras variables read and assign `targets` (TensorFlow variables) while entered."""
+    before = [v._value for v in keras_variables_]
+    for v, target in zip(keras_variables_, targets):
+        v._value = target
+    try:
+        yield
+    finally:
+        for v, value in zip(keras_variables_, before):
+            v._value = value
