@@ -41,6 +41,10 @@ ROWS = {"off": "off", "step": "step", "blocks": "blocks", "blocks_cached": "bloc
 
 def child(spec):
     """One row, in this (fresh) process: prints its JSON."""
+    from tfseg.runtime import xla_cache
+
+    if spec["jit_compile"] != "off":  # before TensorFlow reads XLA's flags, as the command
+        xla_cache.use(spec["cache"], log=lambda line: None)
     import tensorflow as tf
 
     from tfseg.config import Config
@@ -52,7 +56,7 @@ def child(spec):
     config = Config.from_flat(
         width_multiplier=spec["width_multiplier"], middle_repeats=spec["middle_repeats"],
         memory_saving=spec["variant"] != "stock", jit_compile=spec["jit_compile"],
-        compile_cache_dir=spec["cache"], crop_size=spec["size"], batch_size=spec["batch"],
+        crop_size=spec["size"], batch_size=spec["batch"],
         dataset="cityscapes")
     strategy = builders.strategy(config)
     _, _, _, train_step = build_step(
@@ -71,8 +75,11 @@ def child(spec):
 
 
 def run_row(name, args, cache):
+    """A row's figures, from a fresh process; `blocks` and `blocks_cached` share `cache`
+    (any other row compiles with none)."""
     dump = tempfile.mkdtemp(prefix="tfseg_xla_dump_")
-    spec = dict(vars(args), jit_compile=ROWS[name], cache=cache, size=tuple(args.size))
+    spec = dict(vars(args), jit_compile=ROWS[name], size=tuple(args.size),
+                cache=cache if name.startswith("blocks") else "off")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", XLA_FLAGS=f"--xla_dump_to={dump}")
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], env=env,

@@ -105,6 +105,10 @@ def train(config=None, *, stop=None, log=print, **overrides):
         tfseg.train(train_steps=20, model_dir="runs/try")
     """
     config, record = config_of(config, **overrides), None  # refused before TensorFlow starts
+    from tfseg.runtime import xla_cache
+
+    if config.run.jit_compile != "off":  # before TensorFlow reads XLA's flags, as the command
+        xla_cache.use(config.run.compile_cache_dir, log)
     from tfseg.runtime import device
     from tfseg.training import loop
 

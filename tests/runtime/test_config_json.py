@@ -106,3 +106,14 @@ def test_a_resume_names_what_changed_and_refuses_another_architecture(tmp_path):
     # batch and sync_batch norms have the same variables: a change, not a refusal.
     assert Config.check_resume(saved, recorded.replace(norm="sync_batch"), "x") == {
         "norm": ("batch", "sync_batch")}
+
+
+def test_a_run_saved_when_jit_compile_was_a_bool_reads_as_its_mode(tmp_path):
+    """true was the whole step: it loads as "step", and a run that says --jit_compile
+    (step) again or --nojit_compile against a saved false changes nothing."""
+    from tfseg.config import Config
+
+    for saved, mode in ((True, "step"), (False, "off")):
+        record = {"run": {"jit_compile": saved}}
+        assert Config.check_saved(record, "config.json").run.jit_compile == mode
+        assert Config.changes(record, Config.from_flat(jit_compile=mode)) == {}

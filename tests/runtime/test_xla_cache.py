@@ -4,6 +4,7 @@ folder's checks on real files."""
 
 import glob
 import os
+import socket
 import subprocess
 import sys
 
@@ -75,15 +76,17 @@ def test_the_default_folder_is_the_users_cache_per_version_and_device(tmp_path):
 
 def test_damaged_entries_and_a_gone_writers_files_are_removed_the_rest_kept(tmp_path):
     folder = _use(tmp_path)[0]
+    host = socket.gethostname()
     files = {"empty.pb": b"", "garbage.pb": b"\xff\xff\xff", "fine.pb": b"\x08\x01",
-             "x.pbvm-abc-999999999-1.tmp": b"half", f"y.pbvm-abc-{os.getpid()}-1.tmp": b"",
-             "notes.txt": b"mine"}
+             f"x.pb{host}-a1-999999999-1.tmp": b"half", f"y.pb{host}-a1-{os.getpid()}-1.tmp": b"",
+             "z.pbotherhost-a1-999999999-1.tmp": b"another host's", "notes.txt": b"mine"}
     for name, data in files.items():
         with open(os.path.join(folder, name), "wb") as f:
             f.write(data)
     logged = _use(tmp_path)[2]
     assert sorted(os.listdir(folder)) == ["fine.pb", "notes.txt",
-                                          f"y.pbvm-abc-{os.getpid()}-1.tmp"]
+                                          f"y.pb{host}-a1-{os.getpid()}-1.tmp",
+                                          "z.pbotherhost-a1-999999999-1.tmp"]
     assert logged == [f"compile cache: removed {folder}/empty.pb, which is empty; it is "
                       f"compiled again",
                       f"compile cache: removed {folder}/garbage.pb, which is damaged (not a "
@@ -97,6 +100,8 @@ def test_a_nearly_full_disk_only_reads_and_an_unwritable_folder_is_off(tmp_path,
     assert len(logged) == 1 and logged[0].startswith("compile cache: ") and \
         logged[0].endswith(f"MiB free on the disk of {folder}: it is read, and nothing new "
                            f"is written to it")
+    spaced = _use(tmp_path, str(tmp_path / "my cache"))
+    assert spaced[:2] == (None, None) and "has a space" in spaced[2][0]
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
     folder, flags, logged = _use(tmp_path, str(blocked))

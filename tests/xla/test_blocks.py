@@ -8,7 +8,8 @@ import tensorflow as tf
 
 from tests.conftest import TINY
 from tfseg.layers import Recompute
-from tfseg.models import deeplab, deeplab_v3_plus
+from tfseg.models import deeplab_v3_plus
+from tfseg.models.blocks import block_of
 from tfseg.xla import Blocks, tf_variables
 
 
@@ -52,7 +53,7 @@ def _units(count=3):
 
 @pytest.mark.parametrize("build,block_of,size", [
     (_units, lambda layer: layer.name.split("_")[0], (2, 9, 11, 8)),
-    pytest.param(_tiny, deeplab.block_of, (2, 49, 67, 3), marks=pytest.mark.slow)])  # 26 s
+    pytest.param(_tiny, block_of, (2, 49, 67, 3), marks=pytest.mark.slow)])  # 26 s
 def test_the_cut_alone_is_exact_and_updates_the_norms_as_the_model_does(
         float64, build, block_of, size):
     """Plain tf.functions: the same ops as the model's call, so equal to 1e-12."""
@@ -63,7 +64,6 @@ def test_the_cut_alone_is_exact_and_updates_the_norms_as_the_model_does(
         assert blocks.names[-2:] == ("aspp", "decoder")
     else:
         assert blocks.names == ("unit0", "unit1", "unit2")
-        assert blocks.shared() == {"unit1": "unit0", "unit2": "unit0"}
     images = tf.constant(np.random.RandomState(0).uniform(-1, 1, size))
     initial = [v.numpy() for v in model.variables]
     y_a, grads_a = _grads(model, lambda x: model(x, training=True), images)
@@ -76,6 +76,7 @@ def test_the_cut_alone_is_exact_and_updates_the_norms_as_the_model_does(
     for a, b in zip(grads_a, grads_b):
         np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12 * scale)
     if build is _units:  # one function for the three units, traced once
+        assert blocks.shared() == {"unit1": "unit0", "unit2": "unit0"}
         assert [fn.experimental_get_tracing_count() for fn in blocks.functions().values()] \
             == [1]
     else:
@@ -107,7 +108,7 @@ def test_compiled_float32_gradients_are_as_close_to_float64_as_the_models_own():
     _, own = _grads(model, lambda x: model(x, training=True), x32)
     for v, value in zip(model.variables, initial):
         v.assign(value)
-    _, compiled = _grads(model, Blocks(model, deeplab.block_of), x32)
+    _, compiled = _grads(model, Blocks(model, block_of), x32)
 
     def error(grads):
         flat = np.concatenate([g.ravel() for g in grads])
@@ -138,3 +139,34 @@ def test_each_layer_is_its_own_block_where_none_are_named_and_outputs_keep_their
     images = tf.random.normal([1, 5, 7, 3])
     for got, want in zip(blocks(images), model(images)):
         np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def _two_sizes():
+    """Per-layer blocks of one structure at two sizes (a ReLU, a conv with a batch norm
+    before and after a stride-2 conv): they may not share a function."""
+    x = keras.Input((None, None, 4))
+    y = x
+    for k in range(2):
+        y = keras.layers.Conv2D(4, 1, name=f"pointwise{k}")(y)
+        y = keras.layers.BatchNormalization(name=f"norm{k}")(y)
+        y = keras.layers.ReLU(name=f"relu{k}")(y)
+        if k == 0:
+            y = keras.layers.Conv2D(4, 3, strides=2, name="down")(y)
+    return keras.Model(x, y)
+
+
+def test_blocks_alike_at_other_sizes_and_a_second_input_shape_run_their_own(float64):
+    """Sharing needs the same input shapes too; a second shape traces its own."""
+    model = _two_sizes()
+    blocks = Blocks(model, jit_compile=False)
+    for size in ((2, 9, 11, 4), (1, 13, 7, 4)):
+        images = tf.constant(np.random.RandomState(0).uniform(-1, 1, size))
+        initial = [v.numpy() for v in model.variables]
+        y_a, grads_a = _grads(model, lambda x: model(x, training=True), images)
+        for v, value in zip(model.variables, initial):
+            v.assign(value)
+        y_b, grads_b = _grads(model, blocks, images)
+        np.testing.assert_allclose(y_b, y_a, rtol=1e-12, atol=1e-12)
+        for a, b in zip(grads_a, grads_b):
+            np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
+        assert blocks.shared() == {}

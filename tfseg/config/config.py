@@ -8,7 +8,7 @@ import re
 from tfseg.config.names import (DATASETS, FIXED_ON_RESUME, SAME_VARIABLES, check, crop_ok,
                                 flag_of)
 from tfseg.config.sections import SECTIONS, Data, Eval, Model, Optim, Run
-from tfseg.config.values import saved_type_error
+from tfseg.config.values import parse, saved_type_error
 from tfseg.errors import InputError
 
 
@@ -28,6 +28,14 @@ def flag_value(value):
     if isinstance(value, bool):
         return str(value).lower()
     return str(value) if value != "" else "''"
+
+
+def _unaliased(field, value):
+    """A saved value as the setting reads it now, where the setting was once a bool (a
+    config.json's true for --jit_compile is "step"): compared with a run's, it is equal."""
+    if not field.metadata.get("aliases") or not isinstance(value, bool):
+        return value
+    return parse(field, value)
 
 
 # A section not given to ``Config(...)``: its defaults.
@@ -134,7 +142,9 @@ class Config:
                              if (key, k) in by_field})
             elif key in by_field.values():
                 flat[key] = value
-        return {k: tuple(v) if isinstance(v, list) else v for k, v in flat.items()}
+        table = flag_table()
+        return {k: tuple(v) if isinstance(v, list) else _unaliased(table[k][1], v)
+                for k, v in flat.items()}
 
     @classmethod
     def check_saved(cls, saved, source, extras=()):

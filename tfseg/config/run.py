@@ -187,6 +187,9 @@ class Run:
         check(not (self.model_devices and self.jit_compile != "off"), "model_devices",
               "places each part on its device, which XLA's whole-step compilation "
               "(--jit_compile) does not keep; drop --jit_compile")
+        check(not (self.class_devices and self.jit_compile != "off"), "class_devices",
+              "places each class shard on its device, which XLA's compilation "
+              "(--jit_compile) does not keep; drop --jit_compile")
         distinct_devices(self.model_devices, "model_devices")
         distinct_devices(self.class_devices, "class_devices")
         check(not self.class_devices or self.strategy == "default", "class_devices",

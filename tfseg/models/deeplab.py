@@ -267,20 +267,6 @@ def segment_of(layer_name, middle_repeats=None, specs=xception.XCEPTION65):
     return ""
 
 
-def block_of(layer):
-    """The block of `tfseg.xla.Blocks` a layer of a DeepLabv3+ is in: its backbone unit
-    ("entry_block2", "middle_unit3"), the stem, "aspp" or "decoder" (the logits too);
-    else its own name (a keras.applications backbone's layers, or a nested backbone,
-    each one block). Names are matched as `part_of` matches them."""
-    owners = [(unit, unit) for spec in xception.XCEPTION65 for unit in xception.unit_names(spec)]
-    owners += [(f"{xception.STEM}{k}", xception.STEM_SEGMENT) for k in (1, 2)]
-    owners += [("aspp", "aspp"), ("decoder", "decoder"), ("logits", "decoder")]
-    for prefix, block in owners:
-        if layer.name == prefix or layer.name.startswith(prefix + "_"):
-            return block
-    return layer.name
-
-
 def normalize(images):
     """uint8 (or 0-255 float) images -> the model's input range [-1, 1]."""
     return keras.ops.cast(images, "float32") / 127.5 - 1.0

@@ -28,6 +28,7 @@ import glob
 import importlib.metadata
 import os
 import re
+import socket
 
 from google.protobuf import empty_pb2
 
@@ -60,9 +61,14 @@ def use(setting, log=print, device=None, environ=None):
         return folder  # already on: the command set it before TensorFlow's import
     if _FLAG in flags:
         return None
+    if re.search(r"\s", folder):  # TensorFlow's flag parser ends a value at a space
+        log(f"compile cache off: {folder} has a space, which TF_XLA_FLAGS cannot carry; "
+            f"give --compile_cache_dir a folder without one")
+        return None
     try:
         os.makedirs(folder, exist_ok=True)
-        free = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+        disk = os.statvfs(folder)
+        free = disk.f_bavail * disk.f_frsize
         if not os.access(folder, os.W_OK):
             raise PermissionError(13, "Permission denied")
     except OSError as error:
@@ -113,11 +119,13 @@ def _damage(path):
 
 
 def _writer_alive(name):
-    """Whether the process that writes the temporary file ``name`` still runs: TF names
-    it ENTRY.pbvm-HOST-PID-SUFFIX.tmp."""
+    """Whether the process that writes the temporary file ``name`` may still run: TF
+    names it ENTRY.pbHOST-THREAD-PID-TIME.tmp; a writer on another host (a shared home
+    folder) or of a name not TensorFlow's is taken as alive."""
     parts = name.rsplit("-", 2)
-    if len(parts) != 3 or not parts[1].isdigit():
-        return True  # not TensorFlow's name: left alone
+    if len(parts) != 3 or not parts[1].isdigit() or \
+            f".pb{socket.gethostname()}-" not in parts[0]:
+        return True
     try:
         os.kill(int(parts[1]), 0)
     except ProcessLookupError:

@@ -4,6 +4,7 @@ or NaN)."""
 
 import contextlib
 import dataclasses
+import functools
 import os
 
 import keras
@@ -15,7 +16,7 @@ from tfseg.config import Config
 from tfseg.config.config import flag_value
 from tfseg.errors import InputError
 from tfseg.evaluation.evaluate import eval_data
-from tfseg.models import deeplab
+from tfseg.models.blocks import block_of
 from tfseg.runtime import builders, checkpoints, files, init, xla_cache
 from tfseg.runtime import device as device_lib
 from tfseg.runtime.signals import StopRequest
@@ -45,7 +46,8 @@ def build_step(config, strategy, make_model, norm):
                                  step, builders.jit_mode(config),
                                  *optim.l2_weight_decay(config, model),
                                  accum_steps=config.optim.grad_accum_steps,
-                                 block_of=deeplab.block_of)
+                                 block_of=functools.partial(
+                                     block_of, middle_repeats=config.model.middle_repeats))
     return model, optimizer, step, train_step
 
 
@@ -54,8 +56,10 @@ def _xla_words(config):
     auto on a GPU)", "no XLA", ..."""
     mode, given = builders.jit_mode(config), config.run.jit_compile
     words = {"off": "no XLA", "step": "XLA: the whole step", "blocks": "XLA: blocks"}[mode]
-    return words + (f" (--jit_compile=auto, on a {device_lib.name()[:3]})"
-                    if given == "auto" else "")
+    if given != "auto":
+        return words
+    return words + (" (--jit_compile=auto: a GPU)" if mode == "blocks" else
+                    " (--jit_compile=auto: no GPU)")
 
 
 @dataclasses.dataclass

@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 
 from tfseg.layers.gating import gated
+from tfseg.training.guard import kept_unless, selects
 from tfseg.models import normalize
 from tfseg.split import PlacedModel
 from tfseg.xla import Blocks, tf_variables
@@ -43,60 +44,6 @@ def _with_l2(grads, variables, decayed, coefficient):
                 g = g + tf.cast(coefficient, v.dtype) * v.value
         out.append(g)
     return out
-
-
-def selects(optimizer, variables):
-    """Whether ``make_train_step`` can skip ``optimizer``'s non-finite updates by select
-    (no host round trip): plain Keras SGD (any momentum, Nesterov or not) whose every
-    write goes through its ``assign`` / ``assign_add`` / ``assign_sub`` and the
-    iteration counter: no decoupled weight decay, EMA, gradient accumulation,
-    constraints or overwrite-with-gradient variables (each writes a variable directly).
-    """
-    return (type(optimizer) is keras.optimizers.SGD and optimizer.weight_decay is None
-            and not optimizer.use_ema and not optimizer.gradient_accumulation_steps
-            and all(getattr(v, "constraint", None) is None
-                    and not getattr(v, "overwrite_with_gradient", False) for v in variables))
-
-
-@contextlib.contextmanager
-def _writes_kept_unless(optimizer, finite):
-    """While entered, ``optimizer``'s writes keep each variable's value unless ``finite``.
-
-    Keras optimizers write through these three methods ("to support backend specific
-    optimizations"). Unless ``finite``, an assign writes the old value back, an add adds
-    -0.0 and a subtraction subtracts +0.0: both leave every float as it was (-0.0 and
-    NaN included), where a +0.0 added would turn -0.0 into +0.0. A finite step runs
-    Keras' own ops on the same values, so its weights are bit-identical. Set on the
-    instance around ``strategy.run`` (a tf.function trace), restored after.
-    """
-    def tf_variable(variable):
-        return variable.value if isinstance(variable, keras.Variable) else variable
-
-    def assign(variable, value):
-        variable = tf_variable(variable)
-        variable.assign(tf.where(finite, tf.cast(value, variable.dtype), variable.value()))
-
-    def assign_add(variable, value):
-        variable = tf_variable(variable)
-        value = tf.cast(value, variable.dtype)
-        variable.assign_add(tf.where(finite, value, tf.constant(-0.0, variable.dtype)))
-
-    def assign_sub(variable, value):
-        variable = tf_variable(variable)
-        value = tf.cast(value, variable.dtype)
-        variable.assign_sub(tf.where(finite, value, tf.constant(0.0, variable.dtype)))
-
-    hooks = {"assign": assign, "assign_add": assign_add, "assign_sub": assign_sub}
-    before = {name: optimizer.__dict__.get(name) for name in hooks}
-    optimizer.__dict__.update(hooks)
-    try:
-        yield
-    finally:
-        for name, previous in before.items():  # back to what it was: the class's methods
-            if previous is None:
-                del optimizer.__dict__[name]
-            else:
-                optimizer.__dict__[name] = previous
 
 
 def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile="off",
@@ -165,7 +112,7 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile="off"
     select = selects(optimizer, model.trainable_variables) and guard != "cond"
     if guard == "select" and not select:
         raise ValueError(f"guard='select' does not cover {type(optimizer).__name__} as "
-                         f"configured (tfseg.training.step.selects)")
+                         f"configured (tfseg.training.guard.selects)")
     parts = _TrainStep(strategy, model, optimizer, loss_fn, step, weight_decay, tuple(decayed),
                        accum_steps, select)
     if mode == "blocks":
@@ -205,6 +152,7 @@ class _TrainStep:
 
         self.loss_of, self.regularized = compiled(loss), compiled(self.add_l2)
         self.count_bad, self.apply = compiled(self.bad), compiled(self.update)
+        self.apply_kept = compiled(self.update_kept)
         if not self.optimizer.built:  # its slots are made here, not inside a compiled update
             with self.strategy.scope():
                 self.optimizer.build(self.variables)
@@ -296,6 +244,12 @@ class _TrainStep:
             optimizer.apply_gradients(zip(grads, variables))  # counted: not if skipped
             optimizer.iterations.assign_add(tf.cast(finite, tf.int64) - 1)
 
+    def update_kept(self, grads, finite):
+        """``update`` written through selects on ``finite`` (``kept_unless``), which is
+        this function's own argument: compiled, it is traced once for every step graph."""
+        with kept_unless(self.optimizer, finite):
+            self.update(grads, finite)
+
     def train_step(self, batch):
         strategy, optimizer = self.strategy, self.optimizer
         micro = [batch] if self.accum_steps == 1 else list(batch)
@@ -308,8 +262,10 @@ class _TrainStep:
         before = tf.identity(optimizer.iterations.value)
         if self.loss_scaled:
             strategy.run(self.apply, args=(grads,))
+        elif self.select and self.blocks is not None:
+            strategy.run(self.apply_kept, args=(grads, finite))
         elif self.select:
-            with _writes_kept_unless(optimizer, finite):
+            with kept_unless(optimizer, finite):
                 strategy.run(self.apply, args=(grads, finite))
         else:
             tf.cond(finite, lambda: strategy.run(self.apply, args=(grads,)), lambda: None)

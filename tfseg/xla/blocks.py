@@ -40,9 +40,9 @@ class Blocks:
     """`model` (a functional Keras model of one input) as XLA-compiled blocks.
 
     Blocks of the same structure (the same layers' configs, names aside, the same
-    wiring and variable shapes) share one function, traced and compiled once per input
-    shape (`tfseg.xla.shared`): the compile cost of a network is that of its distinct
-    blocks.
+    wiring and variable shapes) called with inputs of the same shapes share one
+    function, traced and compiled once (`tfseg.xla.shared`): the compile cost of a
+    network is that of its distinct blocks.
 
     Args:
       model: the functional model to run.
@@ -70,62 +70,69 @@ class Blocks:
         self.jit_compile = jit_compile
         self._variables = [keras_variables(n.operation for n in nodes)
                            for nodes, _, _ in self._plans]
-        # The first block of each structure is the template of those after it.
-        first, self._template_of = {}, []
-        for plan, variables in zip(self._plans, self._variables):
-            key = signature(plan, variables)
-            self._template_of.append(first.setdefault(key, len(self._template_of)))
-        self._templates = {}
-        self._functions = {}
+        self._keys = [signature(plan, variables)
+                      for plan, variables in zip(self._plans, self._variables)]
+        # (structure, training, input shapes) -> the first block called so: the template
+        # of those after it. Shapes are known only at the call (a ReLU at two sizes).
+        self._first = {}
+        self._functions = {}  # (template, training, shapes) -> (tf.function, Template)
+        self._called = []  # the Templates of the latest call, whose backward passes follow
+        self._ran = {}  # block index -> the template block it ran, in the latest call
 
     def __call__(self, inputs, training=True):
         tensors = {id(self.model.inputs[0]): inputs}
+        self._called, self._ran = [], {}
         for index, (_, ins, outs) in enumerate(self._plans):
-            template = self._template_of[index]
-            args = [tensors[key] for key in ins] + tf_variables(self._variables[index])
-            results = self._function(template, training)(*args)
+            args = [tensors[key] for key in ins]
+            shapes = tuple((tuple(a.shape), a.dtype.name) for a in args)
+            template = self._first.setdefault((self._keys[index], training, shapes), index)
+            self._ran[index] = template
+            function, reader = self._function(template, training, shapes)
+            self._called.append(reader)
+            results = function(*args, *tf_variables(self._variables[index]))
             tensors.update(zip(outs, results))
         outputs = [tensors[id(t)] for t in self.model.outputs]
         return outputs[0] if len(outputs) == 1 else outputs
 
     @contextlib.contextmanager
     def backward(self):
-        """Enter it around `tape.gradient`: TensorFlow builds the blocks' backward passes
-        then, and the twins' custom gradients inside read the calling block's variables
+        """Enter it around `tape.gradient` of the latest call (a non-persistent tape, as
+        the training step's): TensorFlow builds the blocks' backward passes then, and the
+        twins' custom gradients inside read the calling block's variables
         (`tfseg.xla.shared`), in XLA's form of their ops (`compiling`)."""
         with contextlib.ExitStack() as stack:
             stack.enter_context(compiling(self.jit_compile))
-            for template in self._templates.values():
-                stack.enter_context(template.backward())
+            for reader in dict.fromkeys(self._called):
+                stack.enter_context(reader.backward())
             yield
 
     def shared(self):
-        """{block name: the name of the block whose function it runs}, for the blocks
-        that run another's."""
-        return {self.names[i]: self.names[t] for i, t in enumerate(self._template_of)
-                if t != i}
+        """{block name: the name of the block whose function it ran}, for the blocks of
+        the latest call that ran another's."""
+        return {self.names[i]: self.names[t] for i, t in self._ran.items() if i != t}
 
     def functions(self):
-        """{block name: its tf.function} of the functions made so far, by template block
+        """{template block name: its tf.function} of the functions made so far
         (`experimental_get_tracing_count()` says how often each was traced)."""
-        return {self.names[index]: fn for (index, _), fn in self._functions.items()}
+        return {self.names[index]: fn for (index, _, _), (fn, _) in self._functions.items()}
 
-    def _function(self, index, training):
-        key = (index, training)
+    def _function(self, index, training, shapes):
+        key = (index, training, shapes)
         if key not in self._functions:
             nodes, ins, outs = self._plans[index]
-            template = self._templates.setdefault(index, Template(self._variables[index]))
+            reader = Template(self._variables[index])
             graph, count = self.graph, len(ins)
 
             def block(*args):
-                with template.reading(args[count:]):
+                with reader.reading(args[count:]):
                     tensors = graph.run(nodes, dict(zip(ins, args[:count])), training)
                 return [tensors[key] for key in outs]
 
             # The function's name is the block's: it names the launch in a profile.
             block.__name__ = "block_" + re.sub(r"\W", "_", self.names[index])
-            self._functions[key] = tf.function(block, jit_compile=self.jit_compile,
-                                               autograph=False, reduce_retracing=False)
+            self._functions[key] = (tf.function(block, jit_compile=self.jit_compile,
+                                                autograph=False, reduce_retracing=False),
+                                    reader)
         return self._functions[key]
 
 

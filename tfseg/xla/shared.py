@@ -13,12 +13,17 @@ a twin's custom gradient (a recomputation) then runs the template's layers again
 them to read the arguments too, `Templates.backward()` points the template's variables
 at the same handles while the gradients are built.
 
-This is the one place that reads Keras's and TensorFlow's variable internals: a Keras
-variable's TensorFlow variable (`_value`) and a variable made on a given handle.
+This is the one place that reads Keras's and TensorFlow's variable internals: where a
+Keras variable keeps its TensorFlow variable (`_value`), and a variable made on a given
+handle. Gradients must be taken with a non-persistent tape inside `backward()` (the
+training step's): TensorFlow then builds the backward pass at `tape.gradient`; with a
+persistent or nested tape it builds it at the call, where the template's own variables
+would be read.
 """
 
 import contextlib
 
+import keras
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops  # a variable on a given handle
 
@@ -68,7 +73,7 @@ def keras_variables(layers):
 
 def tf_variables(variables):
     """The TensorFlow variables of Keras variables (what a function takes as arguments)."""
-    return [v.value if hasattr(v, "_value") else v for v in variables]
+    return [v.value if isinstance(v, keras.Variable) else v for v in variables]
 
 
 def _on_handle(variable):

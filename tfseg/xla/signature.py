@@ -13,15 +13,16 @@ import keras
 
 
 def signature(plan, variables):
-    """A hashable key of the block `plan` ((nodes, input ids, output ids), as
-    `tfseg.xla.blocks` plans them) with `variables`: equal keys, the same computation."""
+    """A key (a string) of the block `plan` ((nodes, input ids, output ids), as
+    `tfseg.xla.blocks` plans them) with `variables`: equal keys, the same computation
+    on inputs of the same shapes (which `Blocks` compares at the call)."""
     nodes, ins, outs = plan
     made = {id(t): (i, k) for i, node in enumerate(nodes) for k, t in enumerate(node.outputs)}
     position = {key: ("input", i) for i, key in enumerate(ins)}
     try:
         configs = [keras.saving.serialize_keras_object(node.operation) for node in nodes]
     except (TypeError, ValueError, NotImplementedError):
-        return ("unique", id(nodes))
+        return f"unique {id(nodes)}"
     names = {}
     for config in configs:
         _collect_names(config, names)
