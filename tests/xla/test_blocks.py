@@ -1,6 +1,8 @@
 """tfseg.xla.Blocks: a functional model cut into blocks, each a tf.function (XLA-compiled,
 or plain for the maths of the cut alone), against the model's own call."""
 
+import contextlib
+
 import keras
 import numpy as np
 import pytest
@@ -53,7 +55,7 @@ def _units(count=3):
 
 @pytest.mark.parametrize("build,block_of,size", [
     (_units, lambda layer: layer.name.split("_")[0], (2, 9, 11, 8)),
-    pytest.param(_tiny, block_of, (2, 49, 67, 3), marks=pytest.mark.slow)])  # 26 s
+    pytest.param(_tiny, block_of, (2, 49, 67, 3), marks=pytest.mark.slow)])  # 16-40 s
 def test_the_cut_alone_is_exact_and_updates_the_norms_as_the_model_does(
         float64, build, block_of, size):
     """Plain tf.functions: the same ops as the model's call, so equal to 1e-12."""
@@ -170,3 +172,47 @@ def test_blocks_alike_at_other_sizes_and_a_second_input_shape_run_their_own(floa
         for a, b in zip(grads_a, grads_b):
             np.testing.assert_allclose(b, a, rtol=1e-10, atol=1e-12)
         assert blocks.shared() == {}
+
+
+def _forward_outputs(blocks, model, images):
+    """The 4-d outputs of each block's forward function in a traced step: what the
+    forward passes keep for the backward ones."""
+    @tf.function(autograph=False)
+    def step():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(blocks(images) ** 2)
+        sources = tf_variables(model.trainable_variables)
+        with blocks.backward():
+            return tape.gradient(loss, sources)
+
+    graph = step.get_concrete_function().graph
+    calls = [op for op in graph.get_operations()
+             if op.type in ("PartitionedCall", "StatefulPartitionedCall")
+             and "forward_block" in op.get_attr("f").name]
+    assert calls
+    return sum(o.shape.rank == 4 for op in calls for o in op.outputs)
+
+
+def test_a_twins_unused_gradients_keep_nothing_alive_between_forward_and_backward(
+        monkeypatch):
+    """The zeros TensorFlow makes for a custom gradient's unused outputs come from static
+    shapes (`zeros_from_shapes`), else each kept its input as a forward output: the
+    output-only norm's input, which memory saving exists not to keep."""
+    from tfseg import memory
+    from tfseg.xla import blocks as blocks_module
+
+    x = keras.Input((9, 11, 8))
+    y = keras.layers.ReLU(name="relu")(x)
+    y = keras.layers.DepthwiseConv2D(3, padding="same", name="dw")(y)
+    y = keras.layers.BatchNormalization(name="dw_bn")(y)
+    y = keras.layers.ReLU(name="relu2")(y)
+    y = keras.layers.Conv2D(8, 1, name="pw")(y)
+    y = keras.layers.BatchNormalization(name="pw_bn")(y)
+    model = memory.rewrite(keras.Model(x, keras.layers.Add(name="add")([x, y])))
+    images = tf.random.normal([2, 9, 11, 8])
+    kept = _forward_outputs(Blocks(model, lambda layer: "one", jit_compile=False), model,
+                            images)
+    monkeypatch.setattr(blocks_module, "zeros_from_shapes", contextlib.nullcontext)
+    without = _forward_outputs(Blocks(model, lambda layer: "one", jit_compile=False), model,
+                               images)
+    assert kept < without, (kept, without)

@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from tfseg.layers.xla_context import compiling
 from tfseg.memory.graph import Graph
-from tfseg.xla.shared import Template, keras_variables, tf_variables
+from tfseg.xla.shared import Template, keras_variables, tf_variables, zeros_from_shapes
 from tfseg.xla.signature import signature
 
 
@@ -102,6 +102,7 @@ class Blocks:
         (`tfseg.xla.shared`), in XLA's form of their ops (`compiling`)."""
         with contextlib.ExitStack() as stack:
             stack.enter_context(compiling(self.jit_compile))
+            stack.enter_context(zeros_from_shapes())
             for reader in dict.fromkeys(self._called):
                 stack.enter_context(reader.backward())
             yield

@@ -25,6 +25,7 @@ import contextlib
 
 import keras
 import tensorflow as tf
+from tensorflow.python.ops import control_flow_state  # the zeros of unused gradients
 from tensorflow.python.ops import resource_variable_ops  # a variable on a given handle
 
 
@@ -98,3 +99,31 @@ def _pointed(keras_variables_, targets):
     finally:
         for v, value in zip(keras_variables_, before):
             v._value = value
+
+
+@contextlib.contextmanager
+def zeros_from_shapes():
+    """While entered, the zero gradients TensorFlow makes for an op's unused outputs are
+    built from their static shapes, not as `ZerosLike(output)`.
+
+    A twin's `tf.custom_gradient` passes its inputs and variables through an `IdentityN`
+    whose extra outputs nobody reads; TensorFlow gives each a `ZerosLike` gradient. In one
+    graph those ops are dead and pruned. But a block's backward pass is a function of its
+    own: every forward tensor it refers to becomes an output of the forward function,
+    kept until the backward runs, so each `ZerosLike` kept the very input that an
+    output-only norm exists not to keep (the middle unit's forward returned 12 maps
+    instead of 4). TensorFlow does the same for its while loops' gradients.
+    """
+    original = control_flow_state._ZerosLikeV2
+
+    def zeros(op, index):
+        value = op.outputs[index]
+        if value.dtype in (tf.resource, tf.variant) or not value.shape.is_fully_defined():
+            return original(op, index)
+        return tf.zeros(value.shape, value.dtype)
+
+    control_flow_state._ZerosLikeV2 = zeros
+    try:
+        yield
+    finally:
+        control_flow_state._ZerosLikeV2 = original
