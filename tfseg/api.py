@@ -10,6 +10,11 @@ and checked as its flag is, before anything runs or is written: a Python value
 one is a ``tfseg.errors.InputError`` naming the flag (``--train_steps: must be an
 integer, got 2.7``). ``config`` may also be a dict of settings by flag name.
 
+Where TensorFlow is not imported yet, each sets what the command sets before it
+(``tfseg.runtime.caches.warm_start``, where the user set nothing): oneDNN's CPU kernels
+on (``TF_ENABLE_ONEDNN_OPTS=1``, said in one line; set it to 0 to keep them off) and the
+driver's cache size.
+
 Example:
     import tfseg
     result = tfseg.train(train_steps=20, model_dir="runs/try")   # the synthetic default
@@ -66,6 +71,18 @@ def given_of(config=None, **overrides):
     return named | set(overrides)
 
 
+def before_tensorflow(log=print):
+    """What the command sets before TensorFlow's import, where the user set nothing: the
+    driver's cache size, and oneDNN on while TensorFlow is not imported
+    (``tfseg.runtime.caches.warm_start``). Where it turns oneDNN on, ``log`` gets the line
+    the command's device line ends with: "oneDNN on (tfseg's default;
+    TF_ENABLE_ONEDNN_OPTS=0 turns it off)"."""
+    from tfseg.runtime import caches
+
+    if caches.ONEDNN in caches.warm_start():
+        log(caches.onednn_note())
+
+
 def fit_budget(config, log=print, stop=None):
     """``config`` with the fastest settings that fit ``--memory_budget_gb`` on this
     machine's devices, and the record of the choice (kept in config.json); (``config``,
@@ -105,6 +122,7 @@ def train(config=None, *, stop=None, log=print, **overrides):
         tfseg.train(train_steps=20, model_dir="runs/try")
     """
     config, record = config_of(config, **overrides), None  # refused before TensorFlow starts
+    before_tensorflow(log)
     from tfseg.runtime import xla_cache
 
     if config.run.jit_compile != "off":  # before TensorFlow reads XLA's flags, as the command
@@ -135,6 +153,7 @@ def evaluate(config=None, *, stop=None, log=print, **overrides):
         tfseg.evaluate(model_dir="runs/try")["miou"]
     """
     config = config_of(config, **overrides)
+    before_tensorflow(log)
     from tfseg.evaluation import evaluate as evaluation
 
     return evaluation.evaluate(config, log=log, stop=stop)
@@ -153,6 +172,7 @@ def predict(config=None, *, log=print, given=None, **overrides):
     """
     given = given_of(config, **overrides) if given is None else given
     config = config_of(config, **overrides)
+    before_tensorflow(log)
     from tfseg.evaluation import predict as prediction
 
     classify = None
@@ -173,6 +193,7 @@ def export(config=None, *, log=print, **overrides):
         tfseg.export(model_dir="runs/try", export_format=("tflite",), export_size=(97, 129))
     """
     config = config_of(config, **overrides)
+    before_tensorflow(log)
     from tfseg import deploy
 
     return deploy.export(config, log=log)

@@ -88,6 +88,37 @@ def test_verbose_keeps_tensorflows_lines(onednn):
     assert proc.stdout.startswith("device: "), proc.stdout
 
 
+@pytest.mark.parametrize("own", [None, "0"], ids=["unset", "users_0"])
+def test_the_command_turns_onednn_on_where_unset_and_its_device_line_says_so(tmp_path, own):
+    """Where the user has not set TF_ENABLE_ONEDNN_OPTS, the command sets it to 1 before
+    TensorFlow's import (TensorFlow's own default is on only with AVX-512), and the CPU's
+    device line ends saying so; a user's 0 is kept, and the line says nothing of it."""
+    script = f"""
+import os, sys
+from tfseg.cli import main, modes
+
+def eval_that_reports(config):
+    from tensorflow.python.util import _pywrap_util_port
+    print(os.environ.get("TF_ENABLE_ONEDNN_OPTS"), _pywrap_util_port.IsMklEnabled())
+
+modes.MODES["eval"] = eval_that_reports
+sys.argv = ["tfseg", "--mode=eval", "--model_dir={tmp_path}"]
+main.run()
+"""
+    env = _env() if own is None else _env(TF_ENABLE_ONEDNN_OPTS=own)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    line = device.describe()  # this process's: the suite set the variable itself
+    on_cpu = not tf.config.get_visible_devices("GPU")
+    if own is None:
+        note = "; oneDNN on (tfseg's default; TF_ENABLE_ONEDNN_OPTS=0 turns it off)"
+        assert proc.stdout.splitlines() == [line + note * on_cpu, "1 True"], proc.stdout
+    else:
+        assert proc.stdout.splitlines() == [line, "0 False"], proc.stdout
+    assert not proc.stderr, proc.stderr
+
+
 def test_a_failed_import_shows_what_was_captured(tmp_path):
     """The captured lines are what explains a broken install: shown, then the error."""
     (tmp_path / "tensorflow.py").write_text(

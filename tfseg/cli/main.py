@@ -73,7 +73,7 @@ def config_from_flags():
     """The one place where flags become a ``Config``."""
     config = Config.from_flags({name: FLAGS[name].value for name in flag_table()})
     if config.run.mode not in modes.NO_TENSORFLOW:
-        caches.warm_start()  # read when TensorFlow and CUDA start
+        caches.warm_start()  # read when TensorFlow and CUDA start: oneDNN, the driver's cache
         if config.run.jit_compile != "off":  # XLA's flags too
             xla_cache.use(config.run.compile_cache_dir)
         # The device, named once: a broken CUDA install would train on the CPU unnoticed.

@@ -4,7 +4,8 @@
 the budget's verification, the loop's peak logging, the benchmarks and the tests read
 the allocator statistics (``memory_info``, ``reset_peak``) of that device. ``describe()``
 is the line the command prints about it: a CPU run says why TensorFlow sees no GPU, so
-that a broken CUDA install does not train slowly on the CPU unnoticed.
+that a broken CUDA install does not train slowly on the CPU unnoticed, and where tfseg
+turned oneDNN's CPU kernels on (``tfseg.runtime.caches.warm_start``) it says so.
 
 ``overhead(setting_gb)`` is the device overhead: the memory a GPU process holds outside
 TF's allocator (CUDA context, cuDNN/cuBLAS handles and workspaces), which a memory
@@ -35,6 +36,7 @@ import sys
 
 from tfseg.config.budget import GB
 from tfseg.errors import InputError
+from tfseg.runtime import caches
 
 # The flag that gives the overhead when it cannot be measured, named in every refusal.
 FLAG = "--device_overhead_gb"
@@ -60,7 +62,9 @@ def describe(logged=()):
 
     Returns:
       "device: GPU:0 (NVIDIA H100 80GB HBM3)" (", and N more GPUs" where there are more),
-      or "device: CPU (TensorFlow sees no GPU: REASON)".
+      or "device: CPU (TensorFlow sees no GPU: REASON)", followed on the CPU by "; oneDNN
+      on (tfseg's default; TF_ENABLE_ONEDNN_OPTS=0 turns it off)" where tfseg turned it
+      on (``caches.onednn_note``; on a GPU it runs only the input pipeline's ops).
 
     Lists the physical devices only (no CUDA context starts: memory growth can still be set).
     """
@@ -70,7 +74,9 @@ def describe(logged=()):
     if not gpus:
         reason = no_gpu_reason(tf.test.is_built_with_cuda(),
                                len(tf.config.list_physical_devices("GPU")), logged)
-        return f"device: CPU (TensorFlow sees no GPU{': ' + reason if reason else ''})"
+        note = caches.onednn_note()
+        return (f"device: CPU (TensorFlow sees no GPU{': ' + reason if reason else ''})"
+                f"{'; ' + note if note else ''}")
     card = tf.config.experimental.get_device_details(gpus[0]).get("device_name", "a GPU")
     more = f", and {len(gpus) - 1} more GPU{'s' * (len(gpus) > 2)}" if len(gpus) > 1 else ""
     return f"device: GPU:0 ({card}){more}"
