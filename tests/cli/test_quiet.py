@@ -88,7 +88,9 @@ def test_verbose_keeps_tensorflows_lines(onednn):
     assert proc.stdout.startswith("device: "), proc.stdout
 
 
-@pytest.mark.parametrize("own", [None, "0"], ids=["unset", "users_0"])
+# The user's own 0 in the slow tier: a fresh process each, and the fast tier's budget.
+@pytest.mark.parametrize("own", [None, pytest.param("0", marks=pytest.mark.slow)],
+                         ids=["unset", "users_0"])
 def test_the_command_turns_onednn_on_where_unset_and_its_device_line_says_so(tmp_path, own):
     """Where the user has not set TF_ENABLE_ONEDNN_OPTS, the command sets it to 1 before
     TensorFlow's import (TensorFlow's own default is on only with AVX-512), and the CPU's

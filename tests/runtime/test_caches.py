@@ -55,7 +55,9 @@ print(os.environ.get("TF_ENABLE_ONEDNN_OPTS"), _pywrap_util_port.IsMklEnabled(),
 """
 
 
-@pytest.mark.parametrize("own", [None, "0"], ids=["unset", "users_0"])
+# The user's own 0 in the slow tier: a fresh process each, and the fast tier's budget.
+@pytest.mark.parametrize("own", [None, pytest.param("0", marks=pytest.mark.slow)],
+                         ids=["unset", "users_0"])
 def test_the_api_turns_onednn_on_before_tensorflow_where_the_user_set_nothing(tmp_path, own):
     env = {k: v for k, v in command.main_env().items() if k != "TF_ENABLE_ONEDNN_OPTS"}
     if own is not None:
