@@ -9,7 +9,8 @@ import tensorflow as tf
 from tfseg import data as data_lib
 from tfseg.data.footprint import image_size
 from tfseg.errors import InputError
-from tfseg.io.outputs import claimed, replaced_folder
+from tfseg.io.claims import claimed
+from tfseg.io.outputs import replaced_folder
 from tfseg.runtime import files
 from tfseg.runtime.files import recorded_data
 from tfseg.evaluation.evaluate import eval_data, inference_config

@@ -21,7 +21,8 @@ import numpy as np
 from PIL import Image
 
 from tfseg.data import cityscapes
-from tfseg.io.outputs import claimed, replaced_folder
+from tfseg.io.claims import claimed
+from tfseg.io.outputs import replaced_folder
 from tfseg.errors import InputError
 from tfseg.evaluation.evaluate import inference_config
 from tfseg.evaluation.exported import beyond, default_output, exported_classes
