@@ -8,23 +8,11 @@ import textwrap
 
 import pytest
 
+from tests.io.test_outputs import _tree
 from tfseg.errors import InputError
 from tfseg.io import claims, outputs
 
 MODULE = claims.__file__
-
-
-def _tree(root):
-    """{relative path: contents} of every file under ``root``; folders end with /."""
-    found = {}
-    for folder, dirs, files in os.walk(root):
-        for name in dirs:
-            found[os.path.relpath(os.path.join(folder, name), root) + "/"] = None
-        for name in files:
-            path = os.path.join(folder, name)
-            with open(path) as f:
-                found[os.path.relpath(path, root)] = f.read()
-    return found
 
 
 CLAIMANT = textwrap.dedent("""

@@ -104,11 +104,7 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile="off"
         raise ValueError(f"accum_steps must be >= 1, got {accum_steps}")
     if guard not in ("auto", "select", "cond"):
         raise ValueError(f'guard must be "auto", "select" or "cond", got {guard!r}')
-    mode = {True: "step", False: "off"}.get(jit_compile, jit_compile)
-    if mode not in ("off", "step", "blocks"):
-        raise ValueError(f'jit_compile must be "off", "step" or "blocks", got {jit_compile!r}')
-    if mode == "blocks" and guard == "cond":
-        guard = "auto"  # a cond's predicate would go to the host between two launches
+    mode, guard = _mode_and_guard(jit_compile, guard)
     select = selects(optimizer, model.trainable_variables) and guard != "cond"
     if guard == "select" and not select:
         raise ValueError(f"guard='select' does not cover {type(optimizer).__name__} as "
@@ -118,6 +114,16 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile="off"
     if mode == "blocks":
         parts.compile_blocks(block_of)
     return tf.function(parts.train_step, jit_compile=mode == "step")
+
+
+def _mode_and_guard(jit_compile, guard):
+    """("off" | "step" | "blocks", the guard): True and False are "step" and "off"; under
+    "blocks" a "cond" guard is "auto", since a cond's predicate would go to the host
+    between two launches."""
+    mode = {True: "step", False: "off"}.get(jit_compile, jit_compile)
+    if mode not in ("off", "step", "blocks"):
+        raise ValueError(f'jit_compile must be "off", "step" or "blocks", got {jit_compile!r}')
+    return mode, "auto" if mode == "blocks" and guard == "cond" else guard
 
 
 class _TrainStep:
