@@ -12,6 +12,7 @@ from PIL import Image
 
 from tests.train.conftest import TINY_FLAGS, run_main, scalars
 from tfseg.config import Config
+from tfseg.data.feed import SKIP_HINT
 from tfseg.models import normalize
 
 
@@ -237,7 +238,7 @@ def test_a_corrupt_image_exits_2_naming_it(trained_copy, tmp_path, mode, split):
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    assert lines[0] == f"tfseg: error: cannot read or decode image file {images[-1]}"
+    assert lines[0] == f"tfseg: error: cannot read or decode image file {images[-1]}{SKIP_HINT}"
 
 
 def test_predict_writes_label_and_overlay_pngs_without_the_data_set(trained, tmp_path):

@@ -11,6 +11,7 @@ Example:
     tfseg --recipe=cityscapes_xception65_os16_fullres    # = --flagfile=flags/....flags
 """
 
+import atexit
 import gc
 import os
 import signal
@@ -20,7 +21,7 @@ from absl import app, flags
 
 # None of these imports TensorFlow: --mode=validate and --help run without it.
 from tfseg import recipes
-from tfseg.cli import modes, quiet, usage
+from tfseg.cli import modes, quiet, stderr_filter, usage
 from tfseg.config import Config, flag_table
 from tfseg.config.names import BUILTIN_BACKBONE
 from tfseg.config.values import kind_of
@@ -161,6 +162,7 @@ def main(argv):
             raise
         name = error.args[0]
     gc.collect()  # the write's suspended cleanup, freed with the exception, runs first
+    stderr_filter.stop()
     signal.signal(signal.Signals[name], signal.SIG_DFL)
     signal.raise_signal(signal.Signals[name])
 
@@ -189,6 +191,7 @@ def end(code):
             stream.flush()
         except (OSError, ValueError):  # a closed pipe, a closed stream: nothing to keep
             pass
+    stderr_filter.stop()
     os._exit(code)
 
 
@@ -203,6 +206,10 @@ def run():
     safe_output()
 
     def main_then_end(argv):
+        if not FLAGS.verbose and FLAGS.mode not in modes.NO_TENSORFLOW:
+            # TensorFlow's log of an op's error that Python raises too, left out.
+            stderr_filter.start()
+            atexit.register(stderr_filter.stop)  # a bug's traceback: written before the end
         try:
             code = main(argv)
         except SystemExit as exit_:  # a usage error's exit 2, printed already

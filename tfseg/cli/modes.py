@@ -15,6 +15,7 @@ import signal
 import sys
 
 from tfseg import api, recipes
+from tfseg.cli import stderr_filter
 from tfseg.config.names import BUILTIN_BACKBONE, RECOMPUTE_HEAD
 from tfseg.runtime.signals import StopRequest
 
@@ -53,6 +54,7 @@ def exit_if_stopped(finished=True):
         # grace period before SIGKILL (~30 s).
         sys.stdout.flush()
         sys.stderr.flush()
+        stderr_filter.stop()
         os._exit(0 if finished else 128 + signal.Signals[STOP.signal].value)
 
 

@@ -11,7 +11,8 @@ came; all of it when the import fails (it explains a broken install). absl's not
 which comes before the first record, is drawn out inside the capture where the import
 logs none (oneDNN off: ``_take_notice``). For the rest of the run
 ``TF_CPP_MIN_LOG_LEVEL`` is 1 unless the user set it: INFO lines stay hidden, warnings
-and errors reach stderr as TensorFlow writes them.
+and errors reach stderr as TensorFlow writes them, but for its report of an op's error
+that Python raises too (``tfseg.cli.stderr_filter``).
 
 The device query runs captured too: where TensorFlow finds no GPU, what it said about
 GPUs (a CUDA library it could not load, cuInit's error) becomes the device line's reason
@@ -30,10 +31,8 @@ import re
 import sys
 import tempfile
 
-# A log record's first line: absl's ("W0000 00:00:1795.5  5851 file.cc:12] text") or the
-# older TensorFlow one ("2024-01-01 12:00:00.000001: W file.cc:12] text").
-_RECORD = re.compile(r"(?:(?P<a>[IWEF])\d{4} [\d:.]+\s+\d+ |"
-                     r"\d{4}-\d\d-\d\d [\d:.]+: (?P<b>[IWEF]) )(?P<where>\S+:\d+)\] (?P<text>.*)")
+from tfseg.cli.stderr_filter import RECORD as _RECORD
+
 # Lines that start text of their own, never a continuation of the record before them:
 # Python's warnings ("x.py:3: UserWarning: ..."), its logging ("WARNING:tensorflow:..."),
 # a traceback, a fatal error's report.

@@ -24,7 +24,7 @@ import os
 from tfseg.data import png, voc
 from tfseg.data.registry import register_reader
 from tfseg.data.source import (IGNORE_LABEL, Source, index_label_decoder, require_dir,
-                               require_file, require_pairs)
+                               require_pair_file, require_pairs)
 from tfseg.errors import InputError
 
 # objectInfo150's order (class k is annotation value k + 1), each row's first name.
@@ -111,7 +111,7 @@ def files(root, split, missing_ok=False):
     label_dir = require_dir(os.path.join(root, "annotations", folder))
     images = sorted(glob.glob(os.path.join(image_dir, "*.jpg")))
     require_pairs(images, image_dir)
-    return tuple((image, require_file(
+    return tuple((image, require_pair_file(
         os.path.join(label_dir, os.path.splitext(os.path.basename(image))[0] + ".png"),
         "annotation for " + image, missing_ok)) for image in images)
 

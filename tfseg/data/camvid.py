@@ -20,7 +20,8 @@ import tensorflow as tf
 
 from tfseg.data import png
 from tfseg.data.registry import register_reader
-from tfseg.data.source import IGNORE_LABEL, Source, require_dir, require_file, require_pairs
+from tfseg.data.source import (IGNORE_LABEL, Source, require_dir, require_file,
+                               require_pair_file, require_pairs)
 from tfseg.errors import InputError
 
 IGNORE_NAMES = ("void", "unlabelled", "unlabeled", "ignore")
@@ -75,7 +76,7 @@ def files(root, split, missing_ok=False):
         stem = os.path.splitext(os.path.basename(image))[0]
         label = os.path.join(label_dir, stem + "_L.png")
         if not os.path.isfile(label):
-            label = require_file(os.path.join(label_dir, stem + ".png"),
+            label = require_pair_file(os.path.join(label_dir, stem + ".png"),
                                  "label file for " + image, missing_ok)
         pairs.append((image, label))
     return tuple(pairs)

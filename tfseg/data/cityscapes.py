@@ -8,7 +8,7 @@ import numpy as np
 from tfseg.data import png
 from tfseg.data.registry import register_reader
 from tfseg.data.source import (IGNORE_LABEL, Source, index_label_decoder, require_dir,
-                               require_file, require_pairs)
+                               require_pair_file, require_pairs)
 
 # labelId -> trainId from cityscapesScripts' labels.py; every id not listed
 # here (0-6, 9, 10, 14-16, 18, 29, 30) is "ignoreInEval" and maps to 255.
@@ -59,7 +59,7 @@ def files(root, split, missing_ok=False):
                           os.path.basename(p)[:-len(_IMAGE_SUFFIX)]) for p in images]
     suffix = (_TRAIN_IDS_SUFFIX if all(os.path.isfile(s + _TRAIN_IDS_SUFFIX) for s in stems)
               else _LABEL_IDS_SUFFIX)
-    return tuple((img, require_file(s + suffix, "label file for " + img, missing_ok))
+    return tuple((img, require_pair_file(s + suffix, "label file for " + img, missing_ok))
                  for img, s in zip(images, stems))
 
 

@@ -223,10 +223,12 @@ def decode_pairs(pairs_ds, source, skip_bad_examples=False, stats=None,
         position, image, label, pair, previous, end = element
         dropped = tf.not_equal(position, expected)
         ok = ~dropped & tf.reduce_all(tf.equal(tf.shape(image)[:2], tf.shape(label)[:2]))
-        # One rarely taken branch: only a bad pair pays for building the message.
-        message = tf.cond(ok, lambda: tf.constant(""), lambda: tf.where(
-            dropped, _diagnose(previous[0], previous[1], source),
-            _size_message(pair[0], pair[1], image, label)))
+        # One rarely taken branch: only a bad pair pays for building the message. The
+        # diagnosis reads the dropped pair's files again, so it runs only for a dropped
+        # pair: a pair of the wrong sizes at the start has no previous pair to read.
+        message = tf.cond(ok, lambda: tf.constant(""), lambda: tf.cond(
+            dropped, lambda: _diagnose(previous[0], previous[1], source),
+            lambda: _size_message(pair[0], pair[1], image, label)))
         with tf.control_dependencies([tf.debugging.Assert(ok, ["tfseg:", message])]):
             return position + 1, (tf.identity(image), label, pair[0], end)
 

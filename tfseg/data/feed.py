@@ -47,12 +47,21 @@ _ASSERT_MARK = "[tfseg:] ["
 _DATA_ERRORS = (tf.errors.InvalidArgumentError, tf.errors.NotFoundError, tf.errors.DataLossError)
 
 
-def iterate(dataset):
+# Where the pipeline does not skip bad files already, the error says how to.
+SKIP_HINT = " (--skip_bad_examples skips such files, naming and counting each)"
+
+
+def iterate(dataset, skipping=False):
     """Yields the elements of ``dataset`` (a dataset, or a distributed one).
 
     A file that the pipeline cannot read, decode or pair stops it with an
     ``InputError`` whose one-line message names the file(s), instead of TF's
-    multi-line op error.
+    multi-line op error, and, unless ``skipping`` (the pipeline's
+    ``skip_bad_examples``), says that ``--skip_bad_examples`` would skip it.
+
+    Example:
+        for images, labels in iterate(build_dataset(data, training=False)):
+            ...
     """
     iterator = iter(dataset)
     while True:
@@ -61,7 +70,7 @@ def iterate(dataset):
         except StopIteration:
             return
         except _DATA_ERRORS as error:
-            raise InputError(_data_error_message(error)) from None
+            raise InputError(_data_error_message(error) + ("" if skipping else SKIP_HINT)) from None
         yield element
 
 

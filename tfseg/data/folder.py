@@ -20,7 +20,7 @@ import numpy as np
 from tfseg.data import png, voc
 from tfseg.data.registry import register_reader
 from tfseg.data.source import (IGNORE_LABEL, Source, index_label_decoder, require_dir,
-                               require_file, require_pairs)
+                               require_pair_file, require_pairs)
 from tfseg.errors import InputError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
@@ -97,10 +97,10 @@ def files(root, split, missing_ok=False):
     require_pairs(images, image_dir)
     pairs = []
     for stem in sorted(set(images) | set(masks)):
-        image = images.get(stem) or require_file(
+        image = images.get(stem) or require_pair_file(
             os.path.join(image_dir, stem + ".jpg"), f"image for mask {masks[stem]} "
             f"({'/'.join(IMAGE_EXTENSIONS)})", missing_ok)
-        mask = masks.get(stem) or require_file(
+        mask = masks.get(stem) or require_pair_file(
             os.path.join(mask_dir, stem + MASK_EXTENSION), f"mask for image {image}", missing_ok)
         pairs.append((image, mask))
     return tuple(pairs)

@@ -56,11 +56,20 @@ def require_dir(path):
     return path
 
 
-def require_file(path, role="file", missing_ok=False):
-    """Raise FileNotFoundError naming ``path`` unless it is a file, or ``missing_ok``
-    (``skip_bad_examples``: the decode stage then counts and skips its pair)."""
-    if not missing_ok and not os.path.isfile(path):
+def require_file(path, role="file"):
+    """Raise FileNotFoundError naming ``path`` unless it is a file."""
+    if not os.path.isfile(path):
         raise FileNotFoundError(f"{role} not found: {path}")
+    return path
+
+
+def require_pair_file(path, role, skipping):
+    """``require_file`` for a file of an (image, label) pair: a missing one passes when
+    ``skipping`` (``skip_bad_examples``: the decode stage then counts and skips its pair),
+    and the error says so otherwise."""
+    if not skipping and not os.path.isfile(path):
+        raise FileNotFoundError(f"{role} not found: {path} (--skip_bad_examples skips "
+                                f"such pairs, naming and counting each)")
     return path
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfseg.data.decode import decode_image, pairs_dataset, pairs_to_examples
+from tfseg.data.feed import iterate
 from tfseg.io.outputs import require_folder, staged
 from tfseg.data.registry import register_reader
 from tfseg.data.source import Source
@@ -93,7 +94,8 @@ def _write(source, out_dir, split, num_shards, raw, skip_bad_examples):
     bounds = np.linspace(0, len(source.pairs), num_shards + 1).astype(int)
     shard_paths = [os.path.join(out_dir, f"{split}-{i:05d}-of-{num_shards:05d}.tfrecord")
                    for i in range(num_shards)]
-    iterator = iter(examples.prefetch(tf.data.AUTOTUNE))
+    # A bad file is one line naming it (an InputError), not TensorFlow's op error.
+    iterator = iterate(examples.prefetch(tf.data.AUTOTUNE), skip_bad_examples)
     sizes = {}
     pixels = 0
     for shard, path in enumerate(shard_paths):

@@ -13,7 +13,7 @@ import numpy as np
 from tfseg.data import png
 from tfseg.data.registry import register_reader
 from tfseg.data.source import (Source, index_label_decoder, require_dir, require_file,
-                               require_pairs)
+                               require_pair_file, require_pairs)
 
 CLASS_NAMES = (
     "background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car",
@@ -60,8 +60,8 @@ def files(root, split, missing_ok=False):
     with open(list_file) as f:
         ids = [line.split()[0] for line in f if line.strip()]
     require_pairs(ids, list_file)
-    return tuple((require_file(os.path.join(image_dir, i + ".jpg"), "image", missing_ok),
-                  require_file(os.path.join(label_dir, i + ".png"), "label file", missing_ok))
+    return tuple((require_pair_file(os.path.join(image_dir, i + ".jpg"), "image", missing_ok),
+                  require_pair_file(os.path.join(label_dir, i + ".png"), "label file", missing_ok))
                  for i in ids)
 
 

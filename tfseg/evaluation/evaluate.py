@@ -37,12 +37,13 @@ def eval_data(config):
     return builders.data_config(config, training=False, batch_size=1)
 
 
-def run_metrics(predictor, dataset, class_names, stop=None):
+def run_metrics(predictor, dataset, class_names, stop=None, skipping=False):
     """(SegmentationMetrics, images, seconds) of ``predictor`` over ``dataset``, or of the
-    images before ``stop`` (a ``StopRequest``) was set."""
+    images before ``stop`` (a ``StopRequest``) was set; ``skipping``: the dataset skips
+    bad files (its ``skip_bad_examples``)."""
     metrics = SegmentationMetrics(len(class_names), class_names)
     start, images = time.perf_counter(), 0
-    for image, label in data_lib.iterate(dataset):
+    for image, label in data_lib.iterate(dataset, skipping):
         if stop:
             break
         metrics.update(label, predictor.classes(image))
@@ -63,6 +64,7 @@ class PeriodicEval:
 
     def __init__(self, config, model, class_names, data):
         self.dataset = data_lib.build_dataset(data, training=False)
+        self.skipping = data.skip_bad_examples
         self.predictor = Predictor(model, inference_config(config, mode="whole"))
         self.class_names = tuple(class_names)
         self.writer = tf.summary.create_file_writer(os.path.join(config.run.model_dir, EVAL_SUBDIR))
@@ -70,7 +72,8 @@ class PeriodicEval:
     def __call__(self, step):
         """Evaluates, writes the scalars at ``step``; returns the metrics dict (plus
         "images", "seconds")."""
-        metrics, images, seconds = run_metrics(self.predictor, self.dataset, self.class_names)
+        metrics, images, seconds = run_metrics(self.predictor, self.dataset, self.class_names,
+                                               skipping=self.skipping)
         result = dict(metrics.result(), images=images, seconds=seconds)
         write_scalars(self.writer, result, step, "whole")
         return result
@@ -95,8 +98,10 @@ def evaluate(config, log=print, stop=None):
         run_dir = os.path.dirname(path) or "."
         config = recorded_eval_data(config, files.load_config(run_dir), run_dir)
     predictor = Predictor(model, inference_config(config))
-    dataset, data_stats = data_lib.build_dataset_with_stats(eval_data(config), training=False)
-    metrics, images, seconds = run_metrics(predictor, dataset, classes.class_names, stop)
+    data = eval_data(config)
+    dataset, data_stats = data_lib.build_dataset_with_stats(data, training=False)
+    metrics, images, seconds = run_metrics(predictor, dataset, classes.class_names, stop,
+                                           data.skip_bad_examples)
     if stop:
         log(f"{stop.signal}: evaluation stopped after {images} images; nothing written")
         return None

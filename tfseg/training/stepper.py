@@ -49,7 +49,8 @@ class Stepper:
         # the pipeline's counters are this host's, not mirrored.
         dataset, self.data_stats = data_lib.build_dataset_with_stats(
             run.data, training=True, start_batch=int(run.read.numpy()))
-        self.batches = data_lib.iterate(data_lib.distribute(dataset, strategy))
+        self.batches = data_lib.iterate(data_lib.distribute(dataset, strategy),
+                                        run.data.skip_bad_examples)
         self.evaluate = periodic_eval(config, run)
         self.writer = (tf.summary.create_file_writer(os.path.join(settings.model_dir, "train"))
                        if run.ckpts.chief else tf.summary.create_noop_writer())
