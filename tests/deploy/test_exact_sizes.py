@@ -214,3 +214,41 @@ def test_each_format_gives_predicts_classes_at_a_size_the_model_does_not_map(
     assert len(np.unique(np.concatenate(want))) >= 3  # varied enough to show a shift
     for got_classes, want_classes in zip(got, want):
         assert np.mean(got_classes == want_classes) >= 0.999, name
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # the run's 150 steps and the export, on a busy machine
+def test_predict_through_the_tflite_is_the_checkpoints_sliding_predict_at_other_sizes(
+        varied_run, default_export, tmp_path):
+    """The .tflite takes 64x96 (the validation images' size); at 40x57, 100x150 and 96x48
+    predict pads and runs it in windows and agrees with the checkpoint's predict in
+    --eval_mode=sliding with those windows (it stretched the images: 70-96%)."""
+    import tfseg
+    from tfseg.deploy.windows import stride_for
+
+    data_dir, model_dir = varied_run
+    images = tmp_path / "images"
+    images.mkdir()
+    paths = sorted(glob.glob(os.path.join(data_dir, "leftImg8bit", "val", "*", "*.png")))
+    for index, (height, width) in enumerate(((40, 57), ODD, (96, 48))):
+        with Image.open(paths[index % len(paths)]) as image:
+            image.convert("RGB").resize((width, height), Image.BILINEAR).save(
+                images / f"{index}.png")
+    lines = []
+
+    def predicted(out, **flat):
+        tfseg.predict(dataset="cityscapes", model_dir=model_dir, input_path=str(images),
+                      output_dir=str(tmp_path / out), output_format="train_ids",
+                      log=lines.append, **flat)
+        found = sorted(glob.glob(str(tmp_path / out / "*_label.png")))
+        return [np.asarray(Image.open(p)) for p in found]
+
+    stride = stride_for((64, 96))
+    want = predicted("checkpoint", eval_mode="sliding", eval_crop=(64, 96), eval_stride=stride)
+    got = predicted("tflite", model_path=str(default_export / "model.tflite"))
+    assert [g.shape for g in got] == [(40, 57), ODD, (96, 48)] == [w.shape for w in want]
+    for got_classes, want_classes in zip(got, want):
+        assert np.mean(got_classes == want_classes) >= 0.999
+    assert any(line.endswith(f"it takes 64x96: an image of another size is padded and run in "
+                             f"windows every {stride[0]}x{stride[1]} pixels, as "
+                             f"--eval_mode=sliding --eval_crop=64,96 does") for line in lines), lines

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from tfseg.data import DataConfig, build_dataset
-from tfseg.evaluation.inference import InferenceConfig, Predictor, _starts
+from tfseg.evaluation.inference import InferenceConfig, Predictor, window_starts
 from tfseg.models import deeplab_v3_plus
 from tests.data.trees import cityscapes_tree
 
@@ -21,10 +21,10 @@ def image():
 
 
 def test_window_offsets_cover_the_image_and_end_flush():
-    assert _starts(10, 20, 5) == [0]
-    assert _starts(45, 33, 20) == [0, 12]
-    assert _starts(70, 49, 30) == [0, 21]
-    assert _starts(100, 40, 30) == [0, 30, 60]
+    assert window_starts(10, 20, 5) == [0]
+    assert window_starts(45, 33, 20) == [0, 12]
+    assert window_starts(70, 49, 30) == [0, 21]
+    assert window_starts(100, 40, 30) == [0, 30, 60]
 
 
 def test_probabilities_have_the_image_size_and_sum_to_one(model, image):

@@ -123,10 +123,12 @@ def labelled(name, write, read, accepts=None):
 
 class Labelled:
     """An exported model's ``classify``, and ``labels``: the ``labels.Labels`` its file
-    carries (None for one exported before tfseg stored them)."""
+    carries (None for one exported before tfseg stored them); ``note``: what the runner
+    says of how it runs the file (``classify.note``), None where nothing."""
 
     def __init__(self, classify, labels_):
         self.classify, self.labels = classify, labels_
+        self.note = getattr(classify, "note", None)
 
     def __call__(self, image):
         return self.classify(image)

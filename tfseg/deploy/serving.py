@@ -91,8 +91,8 @@ def frozen_function(model, shape, logits=False, sizes=InferenceConfig()):
 
 
 def resized(image, size):
-    """uint8 [1, H, W, 3] ``image`` resized to ``size`` (bilinear, rounded), as a client
-    of a fixed-size format does before sending it."""
+    """uint8 [1, H, W, 3] ``image`` resized to ``size`` (bilinear, rounded): int8
+    calibration's images, whose pixels' statistics are what count, not their shapes."""
     scaled = tf.image.resize(tf.cast(image, tf.float32), size, "bilinear")
     return tf.cast(tf.clip_by_value(tf.round(scaled), 0, 255), tf.uint8).numpy()
 

@@ -1,8 +1,10 @@
 """The .tflite (LiteRT) file: a fixed input size, as mobile runtimes want, and the weights
 in float32, float16 or int8 (``--tflite_quantization``).
 
-A client resizes its image to the export size (bilinear) before sending it, and the
-class map back to the image's size (nearest neighbour): docs/export.md. Its classes are a
+An image of another size is never stretched to it: predict pads a smaller one and runs a
+larger one in overlapping windows, averaging the ``logits`` output's probabilities as
+``--eval_mode=sliding`` does (``tfseg.deploy.windows``), which is why every .tflite has
+that output; docs/export.md shows a client how. Its classes are a
 buffer of the model's ``metadata`` named ``tfseg_labels`` (``tfseg.deploy.labels``), read
 with TF's own flatbuffer schema.
 
@@ -12,6 +14,7 @@ Example::
     classes = interpreter.get_signature_runner()(image=uint8_image)["classes"]
 """
 
+import dataclasses
 import math
 import os
 import struct
@@ -23,8 +26,9 @@ import tensorflow as tf
 from tfseg.deploy import labels
 from tfseg.deploy.fits import INPUT_BYTES_PER_PIXEL, peak_live_bytes, require_fits
 from tfseg.deploy.registry import labelled, register, require_exported, runner
-from tfseg.deploy.serving import (CLASSES, INPUT, converter_failed, frozen_function, resized,
+from tfseg.deploy.serving import (INPUT, LOGITS, converter_failed, frozen_function,
                                   serving_function)
+from tfseg.deploy.windows import stride_for, windowed
 from tfseg.errors import InputError
 
 TFLITE_FILE = "model.tflite"
@@ -48,13 +52,13 @@ def _quantize(converter, request):
 
 
 def convert(model, request):
-    """The .tflite bytes of ``model`` at ``request.size``.
+    """The .tflite bytes of ``model`` at ``request.size``, with the ``logits`` output
+    whatever ``request.logits`` says: windows over a larger image average them.
 
     Raises:
       InputError: the converter failed (one line naming the format and the op).
     """
-    serve = frozen_function(model, request.input_shape(fixed=True), request.logits,
-                            request.sizes)
+    serve = frozen_function(model, request.input_shape(fixed=True), True, request.sizes)
     converter = tf.lite.TFLiteConverter.from_concrete_functions(
         [serve.get_concrete_function()], tf.Module())
     _quantize(converter, request)
@@ -83,8 +87,9 @@ def write(model, folder, request):
         f.write(convert(model, request))
     height, width = request.size
     weights = request.quantization if request.quantization != "none" else "float32"
+    outputs = dataclasses.replace(request, logits=True).outputs()
     return (f"{TFLITE_FILE} ({weights}; signature serving_default: uint8 {INPUT} "
-            f"[1,{height},{width},3] -> {request.outputs()})")
+            f"[1,{height},{width},3] -> {outputs})")
 
 
 def check(path):
@@ -156,8 +161,8 @@ def interpreter(path, **kwargs):
 
 @runner("tflite", accepts=lambda path: path.endswith(".tflite") and os.path.isfile(path))
 def open_file(path):
-    """Class ids at the image's size: resized to the file's input size (bilinear), run,
-    and the class map resized back (nearest), as docs/export.md tells a client to. The
+    """Class ids at the image's size: an image of another size than the file's padded
+    and run in windows (``tfseg.deploy.windows``), never stretched; ``note`` says so. The
     file is checked first (`check`), then its signature (``registry.require_exported``),
     then run once on a zero image (`runs`)."""
     check(path)
@@ -168,9 +173,15 @@ def open_file(path):
     size = tuple(int(n) for n in signature.get_input_details()[INPUT]["shape"][1:3])
 
     def classify(image):
-        classes = signature(**{INPUT: resized(image, size)})[CLASSES]
-        back = tf.image.resize(classes[..., None], image.shape[1:3], "nearest")
-        return back[..., 0].numpy().astype(np.int32)
+        return windowed(lambda x: signature(**{INPUT: x}), size, image)
+
+    stride = stride_for(size)
+    classify.note = (f"it takes {size[0]}x{size[1]}: an image of another size is padded "
+                     f"and run in windows every {stride[0]}x{stride[1]} pixels, as "
+                     f"--eval_mode=sliding --eval_crop={size[0]},{size[1]} does"
+                     + ("" if LOGITS in signature.get_output_details() else
+                        "; this file has no logits to average (exported before tfseg "
+                        "added them): each pixel's class is its deepest window's"))
     return classify
 
 

@@ -76,12 +76,13 @@ def beyond(config, found, classes, own):
                       f"from as --model_dir, or export it again")
 
 
-def exported_classes(config, own, model_dir_given=None, log=print):
+def exported_classes(config, own, model_dir_given=None, log=print, note=None):
     """The classes of the exported model ``--model_path``: ``own``, those its file carries
     (``tfseg.deploy.labels.Labels``, None for a file exported before they were stored),
     checked against the run in ``--model_dir`` when one was given (``model_dir_given``;
     None: when it is not the default): the classes its config.json records, else those
-    of the data set it records. A file without its own takes the run's. Where the run
+    of the data set it records. ``note``, the runner's word on how it runs the file,
+    ends the line that names it. A file without its own takes the run's. Where the run
     has neither, the check is skipped in one line saying so.
 
     Raises:
@@ -113,7 +114,7 @@ def exported_classes(config, own, model_dir_given=None, log=print):
                 f"{run.model_dir} {whose}")
         origin = getattr(own, "run", {}).get("checkpoint")
         log(f"running {run.model_path} with its own {named(own)}"
-            + (f", exported from {origin}" if origin else ""))
+            + (f", exported from {origin}" if origin else "") + _noted(note))
         return own
     if theirs is None:
         raise InputError(f"--model_path: {run.model_path} carries no classes (exported before "
@@ -123,5 +124,9 @@ def exported_classes(config, own, model_dir_given=None, log=print):
                          + "; give the run it was exported from as --model_dir, or export "
                            "it again")
     log(f"running {run.model_path}, which carries no classes (exported before tfseg stored "
-        f"them), with the {theirs.num_classes} of {run.model_dir}")
+        f"them), with the {theirs.num_classes} of {run.model_dir}" + _noted(note))
     return theirs
+
+
+def _noted(note):
+    return f"; {note}" if note else ""

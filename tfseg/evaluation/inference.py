@@ -66,7 +66,7 @@ def padded_pass(fn, image, config):
     return fn(image)[:, :height, :width]
 
 
-def _starts(size, window, stride):
+def window_starts(size, window, stride):
     """Window offsets covering [0, size): every ``stride``, plus one flush with the end."""
     if size <= window:
         return [0]
@@ -110,8 +110,8 @@ class Predictor:
         padded = tf.pad(image, [[0, 0], [0, pad_h], [0, pad_w], [0, 0]])
         full_h, full_w = height + pad_h, width + pad_w
         total, counts = None, tf.zeros([1, full_h, full_w, 1])
-        for y in _starts(full_h, crop_h, self.config.stride[0]):
-            for x in _starts(full_w, crop_w, self.config.stride[1]):
+        for y in window_starts(full_h, crop_h, self.config.stride[0]):
+            for x in window_starts(full_w, crop_w, self.config.stride[1]):
                 probs = self._forward(padded[:, y:y + crop_h, x:x + crop_w])
                 paddings = [[0, 0], [y, full_h - y - crop_h], [x, full_w - x - crop_w], [0, 0]]
                 placed = tf.pad(probs, paddings)

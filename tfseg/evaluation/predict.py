@@ -163,7 +163,7 @@ def predict(config, log=print, classify=None, model_dir_given=None):
     classes = None  # the checkpoint's, once it is loaded
     if classify is not None:
         classes = exported_classes(config, getattr(classify, "labels", None),
-                                   model_dir_given, log)
+                                   model_dir_given, log, getattr(classify, "note", None))
     out_dir = output_dir(run, log)
     with claimed(out_dir, "--output_dir", run.overwrite, "a predict batch (PNG files)",
                  lambda name: name.lower().endswith(".png")
