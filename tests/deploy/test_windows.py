@@ -97,3 +97,26 @@ def test_the_client_code_in_docs_export_md_gives_what_predict_gives(exported):
         image = np.random.RandomState(3).randint(0, 256, (*shape, 3)).astype(np.uint8)
         np.testing.assert_array_equal(namespace["classify"](run, image, *SIZE),
                                       windowed(run, SIZE, image[np.newaxis])[0])
+
+
+def test_a_conversion_that_works_writes_nothing_to_stderr():
+    """TF's converter wrote "Ignored output_format.", "Ignored drop_control_dependency."
+    and more from C++ on every export (ten lines with int8 calibration). A process of its
+    own: the tests' TF_CPP_MIN_LOG_LEVEL=3 hides those lines here."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.command import ROOT
+
+    script = ("from tfseg.deploy import Request, tflite\n"
+              "from tfseg.models import deeplab_v3_plus\n"
+              "model = deeplab_v3_plus(3, width_multiplier=0.125, middle_repeats=1)\n"
+              "tflite.convert(model, Request(size=(16, 16)))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # What TensorFlow writes as it loads is the command's to sort (tfseg.cli.quiet).
+    assert "Ignored output_format" not in proc.stderr, proc.stderr[-3000:]
+    assert "Ignored drop_control_dependency" not in proc.stderr, proc.stderr[-3000:]

@@ -30,6 +30,7 @@ from tfseg.deploy.serving import (INPUT, LOGITS, converter_failed, frozen_functi
                                   serving_function)
 from tfseg.deploy.windows import stride_for, windowed
 from tfseg.errors import InputError
+from tfseg.runtime.notes import kept_from_stderr
 
 TFLITE_FILE = "model.tflite"
 
@@ -63,7 +64,8 @@ def convert(model, request):
         [serve.get_concrete_function()], tf.Module())
     _quantize(converter, request)
     try:
-        return converter.convert()
+        with kept_from_stderr():  # its notes of a conversion that worked (runtime/notes.py)
+            return converter.convert()
     except Exception as error:  # the converter raises ConverterError and others
         raise converter_failed("tflite", error) from None
 
