@@ -87,13 +87,15 @@ def test_an_install_outside_the_checkout_has_the_recipes(tmp_path):
                              "--recipe=voc_xception65_os16", "--batch_size=2"]))
     assert config["data"]["dataset"] == "voc" and config["data"]["crop_size"] == [513, 513]
     assert config["optim"]["learning_rate"] == 0.007 and config["data"]["batch_size"] == 2
-    # Its entry point again, printing as it exits which tfseg it ran and whether
-    # TensorFlow was imported.
+    # Its entry point again, printing as it ends (tfseg.cli.main.end, which ends the
+    # process at once) which tfseg it ran and whether TensorFlow was imported.
     *lines, end = run([sys.executable, "-c", (
-        "import atexit, sys, tfseg\n"
-        "atexit.register(lambda: print(tfseg.__file__, 'tensorflow' in sys.modules))\n"
+        "import sys, tfseg\n"
+        "from tfseg.cli import main\n"
+        "end = main.end\n"
+        "main.end = lambda code: (print(tfseg.__file__, 'tensorflow' in sys.modules), "
+        "end(code))\n"
         "sys.argv = ['tfseg', '--mode=recipes']\n"
-        "from tfseg.cli.main import run\n"
-        "run()\n")]).splitlines()
+        "main.run()\n")]).splitlines()
     assert end == f"{site / 'tfseg' / '__init__.py'} False", end
     assert [line.split()[0] for line in lines] == recipes.names()  # every recipe is in the wheel

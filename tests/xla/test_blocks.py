@@ -216,3 +216,28 @@ def test_a_twins_unused_gradients_keep_nothing_alive_between_forward_and_backwar
     without = _forward_outputs(Blocks(model, lambda layer: "one", jit_compile=False), model,
                                images)
     assert kept < without, (kept, without)
+
+
+def test_each_map_a_block_keeps_for_its_backward_pass_is_kept_once(monkeypatch):
+    """A norm twin's gradient refers to its output inside `tf.custom_gradient`'s
+    `IdentityN`, the next layer's gradient to the wrapped one, the residual's to a
+    `StopGradient` of the block's input: one value each, two forward outputs, which XLA
+    keeps as two buffers. Referred to by their source (`captures_by_source`), this block
+    (the rewrite makes it a recomputed ReLU-depthwise-norm-ReLU-conv and a norm with the
+    residual added) keeps its input and its output: 2 maps (it kept 4)."""
+    from tfseg import memory
+    from tfseg.xla import blocks as blocks_module
+
+    x = keras.Input((9, 11, 8))
+    y = keras.layers.ReLU(name="relu")(x)
+    y = keras.layers.DepthwiseConv2D(3, padding="same", name="dw")(y)
+    y = keras.layers.BatchNormalization(name="dw_bn")(y)
+    y = keras.layers.ReLU(name="relu2")(y)
+    y = keras.layers.Conv2D(8, 1, name="pw")(y)
+    y = keras.layers.BatchNormalization(name="pw_bn")(y)
+    model = memory.rewrite(keras.Model(x, keras.layers.Add(name="add")([x, y])))
+    images = tf.random.normal([2, 9, 11, 8])
+    assert _forward_outputs(Blocks(model, lambda layer: "one"), model, images) == 2
+    monkeypatch.setattr(blocks_module, "captures_by_source",
+                        lambda graphs: contextlib.nullcontext())
+    assert _forward_outputs(Blocks(model, lambda layer: "one"), model, images) == 4

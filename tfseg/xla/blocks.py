@@ -32,7 +32,8 @@ import tensorflow as tf
 
 from tfseg.layers.xla_context import compiling
 from tfseg.memory.graph import Graph
-from tfseg.xla.shared import Template, keras_variables, tf_variables, zeros_from_shapes
+from tfseg.xla.shared import (Template, captures_by_source, keras_variables, tf_variables,
+                              zeros_from_shapes)
 from tfseg.xla.signature import signature
 
 
@@ -78,6 +79,7 @@ class Blocks:
         self._functions = {}  # (template, training, shapes) -> (tf.function, Template)
         self._called = []  # the Templates of the latest call, whose backward passes follow
         self._ran = {}  # block index -> the template block it ran, in the latest call
+        self._graphs = set()  # the graphs the blocks' functions were traced in
 
     def __call__(self, inputs, training=True):
         tensors = {id(self.model.inputs[0]): inputs}
@@ -103,6 +105,7 @@ class Blocks:
         with contextlib.ExitStack() as stack:
             stack.enter_context(compiling(self.jit_compile))
             stack.enter_context(zeros_from_shapes())
+            stack.enter_context(captures_by_source(self._graphs))
             for reader in dict.fromkeys(self._called):
                 stack.enter_context(reader.backward())
             yield
@@ -125,6 +128,7 @@ class Blocks:
             graph, count = self.graph, len(ins)
 
             def block(*args):
+                self._graphs.add(tf.compat.v1.get_default_graph())
                 with reader.reading(args[count:]):
                     tensors = graph.run(nodes, dict(zip(ins, args[:count])), training)
                 return [tensors[key] for key in outs]

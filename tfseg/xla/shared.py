@@ -13,9 +13,10 @@ a twin's custom gradient (a recomputation) then runs the template's layers again
 them to read the arguments too, `Templates.backward()` points the template's variables
 at the same handles while the gradients are built.
 
-This is the one place that reads Keras's and TensorFlow's variable internals: where a
-Keras variable keeps its TensorFlow variable (`_value`), and a variable made on a given
-handle. Gradients must be taken with a non-persistent tape inside `backward()` (the
+This is the one place that reads Keras's and TensorFlow's internals: where a Keras
+variable keeps its TensorFlow variable (`_value`), a variable made on a given handle, and
+how a backward pass refers to forward tensors (the zeros of unused gradients,
+`FuncGraph.capture`). Gradients must be taken with a non-persistent tape inside `backward()` (the
 training step's): TensorFlow then builds the backward pass at `tape.gradient`; with a
 persistent or nested tape it builds it at the call, where the template's own variables
 would be read.
@@ -25,6 +26,7 @@ import contextlib
 
 import keras
 import tensorflow as tf
+from tensorflow.python.framework import func_graph  # what a backward pass captures
 from tensorflow.python.ops import control_flow_state  # the zeros of unused gradients
 from tensorflow.python.ops import resource_variable_ops  # a variable on a given handle
 
@@ -127,3 +129,44 @@ def zeros_from_shapes():
         yield
     finally:
         control_flow_state._ZerosLikeV2 = original
+
+
+# Ops whose output is their input: the same value under another name.
+_SAME_VALUE = ("Identity", "IdentityN", "StopGradient", "Snapshot")
+
+
+def _source(tensor):
+    """The tensor whose value ``tensor`` is, through ops that pass a value on."""
+    while tensor.op.type in _SAME_VALUE:
+        tensor = tensor.op.inputs[tensor.value_index if tensor.op.type == "IdentityN" else 0]
+    return tensor
+
+
+@contextlib.contextmanager
+def captures_by_source(graphs):
+    """While entered, a backward pass that refers to a tensor of a forward function in
+    ``graphs`` (the blocks' traced functions) refers to the tensor whose value it is:
+    one of the function's outputs where one has that value, else its source.
+
+    TensorFlow makes each forward tensor that a function's backward pass refers to an
+    output of the forward function, kept until the backward runs. A twin's custom
+    gradient refers to its own output inside the `IdentityN` that `tf.custom_gradient`
+    wraps it in, and the next layer's gradient to the wrapped one: one value, two
+    outputs. XLA then copies one of them (an output tuple's elements must be distinct
+    buffers), so each map an output-only norm keeps was kept twice (the middle unit's
+    forward returned 8 maps for its 4).
+    """
+    original = func_graph.FuncGraph.capture
+
+    def capture(self, tensor, name=None, shape=None):
+        if isinstance(tensor, tf.Tensor) and getattr(tensor, "graph", None) in graphs:
+            source = _source(tensor)
+            tensor = next((out for out in tensor.graph.outputs if _source(out) is source),
+                          source)
+        return original(self, tensor, name, shape)
+
+    func_graph.FuncGraph.capture = capture
+    try:
+        yield
+    finally:
+        func_graph.FuncGraph.capture = original
