@@ -139,7 +139,7 @@ class _TrainStep:
         self.variables = model.trainable_variables
         self.placed = isinstance(model, PlacedModel)  # split across devices (tfseg.split)
         self.blocks = None  # tfseg.xla.Blocks of the model, under --jit_compile=blocks
-        self.loss_of, self.regularized, self.count_bad = loss_fn, self.add_l2, self.bad
+        self.loss_of, self.regularized, self.count_bad = self.loss, self.add_l2, self.bad
         self.apply = self.update
 
     def compile_blocks(self, block_of):
@@ -148,15 +148,11 @@ class _TrainStep:
         if self.placed:
             raise ValueError("jit_compile='blocks' does not place a split model's parts")
         self.blocks = Blocks(self.loss_fn.logits_model_of(self.model), block_of)
-        loss_fn = self.loss_fn
-
-        def loss(labels, logits, count):
-            return loss_fn(labels, logits, count=count)
 
         def compiled(fn):
             return tf.function(fn, jit_compile=True, autograph=False)
 
-        self.loss_of, self.regularized = compiled(loss), compiled(self.add_l2)
+        self.loss_of, self.regularized = compiled(self.loss), compiled(self.add_l2)
         self.count_bad, self.apply = compiled(self.bad), compiled(self.update)
         self.apply_kept = compiled(self.update_kept)
         if not self.optimizer.built:  # its slots are made here, not inside a compiled update
@@ -200,6 +196,11 @@ class _TrainStep:
         if self.decayed:
             loss, grads = self.regularized(loss, grads)
         return loss, grads, logits
+
+    def loss(self, labels, logits, count):
+        """The loss of a (micro-)batch, divided by ``count`` labelled pixels (None: its own;
+        a keyword: the loss's third argument is Keras's ``sample_weight``)."""
+        return self.loss_fn(labels, logits, count=count)
 
     def add_l2(self, loss, grads):
         """(loss, grads) with this replica's share of the L2 term (``l2_penalty``)."""
