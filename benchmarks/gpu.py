@@ -53,12 +53,22 @@ CPU_SIZES = (("513x513 b2", 33, 49, 2), ("1024x2048 b1", 33, 65, 1))
 MODEL = dict(num_classes=21, width_multiplier=1.0, middle_repeats=16)
 CPU_MODEL = dict(num_classes=21, width_multiplier=0.25, middle_repeats=1)
 VARIANT_ROWS = ("stock", "memory_saving", "recompute")
+# XLA's GPU command buffers for every kind of thunk they take, however short the graph.
+COMMAND_BUFFERS = ("--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,"
+                   "CUDNN --xla_gpu_graph_min_graph_size=1")
 # The dry run's rows: each kind of piece once (fp32 variants, layout off, bf16; and the
 # norm A/B's rows, named SETTING=VALUE).
 # (Not memory_saving_grouped: it runs on a GPU only, `tfseg.layers.conv_kernels`.)
 CPU_ROWS = {("513x513 b2", "stock"), ("513x513 b2", "memory_saving"),
             ("513x513 b2", "recompute"), ("513x513 b2", "memory_saving_layout_off"),
             ("1024x2048 b1", "recompute_bf16"), ("1024x2048 b1", "memory_saving_xla")}
+
+
+def _with_xla_flags(env):
+    """``env`` with its XLA_FLAGS after the caller's own (set up by the device's tfenv)."""
+    if "XLA_FLAGS" not in env:
+        return env
+    return {**env, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {env['XLA_FLAGS']}".strip()}
 
 
 def child(kind, spec, env=None, timeout=1800.0):
@@ -97,7 +107,8 @@ def norm_setting(name):
 
 
 def rows(args):
-    """[(size, row name, StepConfig JSON, layout optimizer on?)] in one round's order."""
+    """[(size, row name, StepConfig JSON, layout optimizer on?, environment)] in one
+    round's order; the environment's XLA_FLAGS are added to the caller's."""
     from tfseg.models.xception import DEFAULT_RECOMPUTE
     from tfseg.profile.step import StepConfig
 
@@ -118,6 +129,10 @@ def rows(args):
         for name in ("stock", "memory_saving"):  # each block compiled (tfseg.xla.Blocks)
             out.append((label, f"{name}_blocks", steps[name].replace(jit_compile="blocks"),
                         True))
+        # XLA's GPU command buffers (CUDA graphs) over every kind of thunk they take, from
+        # graphs of one kernel up: the blocks' launches replayed as graphs.
+        out.append((label, "memory_saving_blocks_cmdbuf", steps["memory_saving"].replace(
+            jit_compile="blocks"), True, {"XLA_FLAGS": COMMAND_BUFFERS}))
         if label.startswith("1024x2048"):
             for name in VARIANT_ROWS:
                 out.append((label, f"{name}_bf16",
@@ -141,7 +156,8 @@ def rows(args):
         out = [r for r in out if r[:2] in CPU_ROWS] + norms
     if args.rows is not None:  # "SIZE:NAME" or "NAME" (every size), in the order given
         out = [r for want in args.rows for r in out if want in (r[1], f"{r[0]}:{r[1]}")]
-    return [(size, name, step.to_json(), layout) for size, name, step, layout in out]
+    return [(row[0], row[1], row[2].to_json(), row[3], row[4] if len(row) > 4 else {})
+            for row in out]
 
 
 def parity_specs(args):
@@ -199,8 +215,8 @@ def run(args, log=print):
         summary["parity"].append({**spec, **result})
         save(args, summary, [], start)
         log(f"parity {spec['dtype']} {env or ''}: {result}", flush=True)
-    table = [{"size": s, "name": n, "step": step, "layout_optimizer": layout, "runs": []}
-             for s, n, step, layout in rows(args)]
+    table = [{"size": s, "name": n, "step": step, "layout_optimizer": layout, "env": env,
+              "runs": []} for s, n, step, layout, env in rows(args)]
     longest = 0.0
     for round_ in range(args.repeats):
         for row in table:
@@ -215,6 +231,7 @@ def run(args, log=print):
             result = child("step", {"step": row["step"],
                                     "layout_optimizer": row["layout_optimizer"],
                                     "profile": args.profile and round_ == 0},
+                           env=_with_xla_flags(row["env"]),
                            timeout=max(120.0, args.max_minutes * 60 + 180 - elapsed))
             longest = max(longest, time.monotonic() - began)
             if "error" in result:

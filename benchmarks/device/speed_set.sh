@@ -18,7 +18,8 @@
 #            one more step of each profiled: its time by op type (tfseg.profile.timeline)
 #   torch    the PyTorch peer on the same card (benchmarks/peers/torch_deeplab.py)
 #   loop     the real loop, `tfseg --mode=train` on PNG files (benchmarks/gpu_loop.py)
-#   xla      the whole step compiled at 513x513 b2, memory saving (profiled) and stock
+#   xla      the whole step compiled at 513x513 b2, memory saving (profiled) and stock; the
+#            blocks with XLA's command buffers (CUDA graphs) for every kind of thunk
 #   dilated  the depthwise conv's forms alone, ASPP's and the backbone's (benchmarks/dilated.py)
 #   bf16     memory saving in mixed_bfloat16, Grappler's layout optimizer on and off
 #   parity   the twins' gradients against stock's, TF32 off, the grouped form's too (gpu.py)
@@ -61,7 +62,7 @@ stage loop 110 python3 benchmarks/gpu_loop.py --out "$OUT/gpu_loop.jsonl" --max_
 # step was still running 225 s in (an H200, 2026-11-28), over the stage.
 stage xla 200 python3 benchmarks/gpu.py --repeats 1 --parity --max_minutes 3.2 --profile \
   --out_dir "$OUT/xla" --rows '513x513 b2:memory_saving_xla' '513x513 b2:memory_saving' \
-  '513x513 b2:stock_xla'
+  '513x513 b2:stock_xla' '513x513 b2:memory_saving_blocks_cmdbuf'
 stage dilated 60 python3 benchmarks/dilated.py --steps 5 --out "$OUT/dilated.jsonl"
 stage bf16 90 python3 benchmarks/gpu.py --repeats 1 --max_minutes 1.4 --out_dir "$OUT/bf16" \
   --rows '1024x2048 b1:memory_saving_bf16' '1024x2048 b1:memory_saving_bf16_layout_off'

@@ -83,8 +83,8 @@ def test_rows_and_parity_choose_the_measurements_in_the_order_given():
 
     args = argparse.Namespace(cpu=False, rows=None, parity=None, timed_steps=5,
                                   norm_setting="fused_norm")
-    every = [(size, name) for size, name, _, _ in gpu.rows(args)]
-    assert ("1024x2048 b1", "memory_saving_bf16") in every and len(every) == 26
+    every = [(size, name) for size, name, *_ in gpu.rows(args)]
+    assert ("1024x2048 b1", "memory_saving_bf16") in every and len(every) == 28
     assert ("1024x2048 b1", "memory_saving_bf16_blocks") in every
     assert ("513x513 b2", "stock_blocks") in every
     assert ("1024x2048 b1", "memory_saving_grouped") in every
@@ -93,15 +93,25 @@ def test_rows_and_parity_choose_the_measurements_in_the_order_given():
     # synthetic default (the first H100 run measured that by mistake).
     from tfseg.profile.step import StepConfig
 
-    for _, name, step, _ in gpu.rows(args):
+    for _, name, step, *_ in gpu.rows(args):
         config = StepConfig.from_json(step)
         assert (config.run.model.width_multiplier, config.run.model.middle_repeats,
                 config.num_classes) == (1.0, 16, 21)
         # The whole step by XLA, or each block (tfseg.xla.Blocks).
         assert config.run.run.jit_compile == (
-            "step" if name.endswith("_xla") else "blocks" if name.endswith("_blocks") else "off")
+            "step" if name.endswith("_xla") else "blocks" if "_blocks" in name else "off")
+    # XLA's command buffers: a row of its own, its flags after the device's.
+    found = {name: env for _, name, _, _, env in gpu.rows(args)}
+    assert found["memory_saving_blocks_cmdbuf"] == {"XLA_FLAGS": gpu.COMMAND_BUFFERS}
+    assert gpu._with_xla_flags({}) == {}
+    os.environ["XLA_FLAGS"] = "--xla_dump_to=/tmp/x"
+    try:
+        assert gpu._with_xla_flags({"XLA_FLAGS": "--a"}) == {
+            "XLA_FLAGS": "--xla_dump_to=/tmp/x --a"}
+    finally:
+        del os.environ["XLA_FLAGS"]
     args.rows = ["1024x2048 b1:recompute", "stock"]
-    chosen = [(size, name) for size, name, _, _ in gpu.rows(args)]
+    chosen = [(size, name) for size, name, *_ in gpu.rows(args)]
     assert chosen == [("1024x2048 b1", "recompute"), ("513x513 b2", "stock"),
                       ("1024x2048 b1", "stock")]
     args.rows = []  # `--rows` with none: the parity checks alone (speed_set's parity stage)
