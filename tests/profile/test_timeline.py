@@ -75,3 +75,59 @@ def test_profile_without_a_trace_names_the_folder(tmp_path):
     else:
         raise AssertionError("no trace, no error")
 
+
+def _xla_op(plane, line, module, begin, duration):
+    """An XLA op's event, as XLA's runtime writes it: `hlo_op` and `hlo_module` stats."""
+    ids = {m.name: i for i, m in plane.stat_metadata.items()}
+    event = line.events.add(metadata_id=1, offset_ps=begin, duration_ps=duration)
+    event.stats.add(metadata_id=ids["hlo_op"], str_value="fusion.3")
+    event.stats.add(metadata_id=ids["hlo_module"], str_value=module)
+
+
+def _plane(space, name):
+    plane = space.planes.add(name=name)
+    plane.stat_metadata[1].name, plane.stat_metadata[2].name = "hlo_op", "hlo_module"
+    plane.event_metadata[1].name = "fusion.3"
+    return plane
+
+
+def test_xla_time_is_grouped_by_block_forward_and_backward_apart():
+    """The module names TF 2.21 gave `tfseg.xla.Blocks`' computations in a real trace."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    plane = _plane(space, "/host:CPU")
+    line = plane.lines.add(name="tf_Compute/1", timestamp_ns=0)
+    _xla_op(plane, line, "a_forward_block_entry_stem_18975__.1", 0, 2000)
+    _xla_op(plane, line, "a_forward_block_middle_unit1_16388__.1", 3000, 1000)
+    _xla_op(plane, line, "a_forward_block_middle_unit1_16388__.1", 4000, 1000)
+    _xla_op(plane, line, "a_inference_update_kept_23299__.1", 6000, 9000)  # no block's
+    _xla_op(plane, line, "a_inference___backward_block_middle_unit1_1_16389__.4", 20000, 7000)
+    _xla_op(plane, line, "a_inference___backward_block_entry_stem_1_18976__.9", 30000, 3000)
+
+    grouped = timeline.by_block(space)
+    assert list(grouped) == ["entry_stem", "middle_unit1"]  # the order they first ran
+    assert grouped["middle_unit1"] == {"forward": 2e-9, "backward": 7e-9}
+    assert grouped["entry_stem"] == {"forward": 2e-9, "backward": 3e-9}
+    assert timeline.summarize(space)["by_block"] == grouped
+
+
+def test_on_a_gpu_the_blocks_kernels_are_counted_not_the_hosts_events():
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    space = xplane_pb2.XSpace()
+    host = _plane(space, "/host:CPU")
+    _xla_op(host, host.lines.add(name="launch"), "a_forward_block_aspp_7__.1", 0, 5000)
+    gpu = _plane(space, "/device:GPU:0")
+    _xla_op(gpu, gpu.lines.add(name="Stream #1"), "a_forward_block_aspp_7__.1", 0, 1000)
+    assert timeline.by_block(space) == {"aspp": {"forward": 1e-9, "backward": 0.0}}
+
+
+def test_a_module_is_named_by_its_block_or_none():
+    assert timeline.block_of("a_inference___backward_block_exit_block2_13409_14880__.40") == (
+        "exit_block2", "backward")
+    assert timeline.block_of("a_forward_block_decoder_11828__.1") == ("decoder", "forward")
+    assert timeline.block_of("a_inference_block_aspp_12__.3") == ("aspp", "forward")
+    for other in ("a_inference___backward_loss_10256_10322__.5", "a_inference_bad_20523__.172",
+                  "a_inference_train_step_99__.1"):
+        assert timeline.block_of(other) is None, other

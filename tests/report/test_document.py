@@ -43,11 +43,11 @@ def test_every_table_has_units_in_its_headers_and_a_sentence_under_it():
                            "Held at the estimated peak, by part", "Training plans, fastest first",
                            "What the peak is made of"}
     names = {"variant", "part", "setting", "value", "plan", "fits", "x stock",
-             "estimate / measured"}
+             "estimate / measured", "block"}
     for section, header in tables.items():
         for cell in header:
-            assert cell in names or re.search(r"\((MiB|%|s|images|pixels|x memory saving)\)$",
-                                               cell), (section, cell)
+            assert cell in names or re.search(
+                r"\((MiB|%|s|ms|images|pixels|x memory saving|per step)\)$", cell), (section, cell)
     # Under each table, after one blank line, a sentence.
     blocks = re.findall(r"\|\n\n([^|\n!#][^\n]*)", text)
     assert len(blocks) >= len(tables) and all(b.endswith(".") or b.endswith(")") for b in blocks)

@@ -12,7 +12,9 @@ import sys
 import time
 import traceback
 
+from tfseg.profile import launches
 from tfseg.profile.step import StepConfig, build_step, describe_optimizer
+from tfseg.runtime import builders
 from tfseg.runtime import device as device_lib
 
 # The exit code of a measuring process that ran out of device memory.
@@ -125,6 +127,10 @@ def measure_in_process(config):
         peaks.append(int(device_lib.memory_info()["peak"] - base))
         loss = value if loss is None else loss
         applied.append(bool(finite))
+    # After the measured steps: the profiler's own buffers stay out of their peaks.
+    counted = (launches.count(lambda: float(step(batch)[0])).to_dict()
+               if config.launches else {})
+    mode = builders.jit_mode(config.run_config())
     start = time.perf_counter()
     analysis = _analyze(config, step, batch, model, optimizer) if config.analyze else None
     analysis_seconds = time.perf_counter() - start
@@ -140,6 +146,9 @@ def measure_in_process(config):
         "peak_over_base_by_step": peaks,
         "step_seconds": float(np.median(times)),
         "warmup_seconds": warmup,
+        "jit_mode": mode,
+        "compile_seconds": launches.compile_seconds(mode, warmup, float(np.median(times))),
+        **counted,
         "analysis_seconds": analysis_seconds,
         "loss": loss,
         "finite_by_step": applied,

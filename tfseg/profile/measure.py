@@ -143,12 +143,12 @@ def _wait(proc, timeout, stop):
 def measure_repeats(config, repeats=3, timeout=None, stop=None):
     """`measure` in `repeats` fresh processes, as one result (recipe step 6).
 
-    Only the first process runs `config.analyze`. Returns `combine` of them. `stop`:
-    as `measure`'s.
+    Only the first process runs `config.analyze` and `config.launches`. Returns `combine`
+    of them. `stop`: as `measure`'s.
     """
     runs = [measure(config, timeout, stop)]
-    runs += [measure(dataclasses.replace(config, analyze=False, analyze_batches=()), timeout,
-                     stop) for _ in range(repeats - 1)]
+    later = dataclasses.replace(config, analyze=False, analyze_batches=(), launches=False)
+    runs += [measure(later, timeout, stop) for _ in range(repeats - 1)]
     return combine(runs)
 
 
@@ -157,7 +157,9 @@ def combine(runs):
     process): the first's dict, with `peak_over_base_bytes`, `base_bytes` and
     `step_seconds` the medians over the processes, `peak_over_base_max_bytes` the
     largest step peak of any, `peak_over_base_by_process` and `step_seconds_by_process`
-    each process's own."""
+    each process's own; `compile_seconds` the first process's (None without XLA: the
+    later ones may read what it compiled from `--compile_cache_dir`'s cache), and
+    `compile_seconds_by_process` each one's."""
     import statistics
 
     peaks = [r["peak_over_base_bytes"] for r in runs]
@@ -170,4 +172,5 @@ def combine(runs):
         "base_bytes": int(statistics.median(r["base_bytes"] for r in runs)),
         "step_seconds": statistics.median(r["step_seconds"] for r in runs),
         "step_seconds_by_process": [r["step_seconds"] for r in runs],
+        "compile_seconds_by_process": [r.get("compile_seconds") for r in runs],
     }

@@ -15,7 +15,7 @@ from tfseg.training import loop
 VARIANTS = ("stock", "memory_saving", "recompute")
 # Not settings of the run: what is measured, and how.
 _OWN = ("variant", "num_classes", "recompute_blocks", "timed_steps", "analyze",
-        "analyze_batches", "builder", "run_steps")
+        "analyze_batches", "builder", "run_steps", "launches")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +47,9 @@ class StepConfig:
         JSON. "memory_saving" then measures `tfseg.memory.rewrite` of its model;
         the model must take [batch, height, width, 3] images and return
         `num_classes` logits at that size.
+      launches: also run one more warm step under TensorFlow's profiler, after the
+        measured ones, and return its executed ops and XLA time by block
+        (`tfseg.profile.launches`).
     """
 
     run: Config = Config()
@@ -58,6 +61,7 @@ class StepConfig:
     analyze_batches: tuple = ()
     builder: tuple = None
     run_steps: bool = True
+    launches: bool = False
 
     def __post_init__(self):
         if self.variant not in VARIANTS:

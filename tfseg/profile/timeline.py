@@ -15,6 +15,8 @@ and returns:
   own time (a function call or a cond's branch without the ops run inside it). `ops`
   counts every op the executor ran, `async_ops` those of them that ran asynchronously
   (an XLA computation's launch is one), which `by_type` leaves out.
+- `by_block`: the XLA ops' time by the `tfseg.xla.Blocks` block whose computation ran
+  them (`by_block`), forward and backward apart: {} without `--jit_compile=blocks`.
 
 Each `by_type` is [[type, seconds, count], ...], longest first, the first `top` of them
 with the rest summed into one `(other)` entry. It answers what NVML's utilisation
@@ -32,17 +34,22 @@ Example:
     >>> _ = float(f())                      # trace and warm up outside the profile
     >>> summary = profile(lambda: float(f()), "/tmp/tfseg_timeline")
     >>> sorted(summary)
-    ['device', 'host', 'wall_seconds']
+    ['by_block', 'device', 'host', 'wall_seconds']
 """
 
 import glob
 import os
+import re
 import time
 
 PS = 1e-12
 # The executor's event for an asynchronous op, an XLA launch among them: such ops have no
 # "name:Type" event of their own on the CPU.
 ASYNC_START = "ExecutorState::ProcessAsync::Start"
+# The XLA module a block's function compiles to (`tfseg.xla.blocks` names it "block_NAME"):
+# "a_forward_block_NAME_ID__.N", its backward "a_inference___backward_block_NAME_ID_ID__.N",
+# or "a_inference_block_NAME_ID__.N" where no gradient was taken. TF appends the ids.
+BLOCK_MODULE = re.compile(r"_(forward|backward|inference)_block_(.+?)(?:_\d+)+__(?:\.\d+)?$")
 
 
 def profile(fn, logdir, top=15):
@@ -103,7 +110,53 @@ def summarize(space, top=15):
     host = {"ops": sum(n for _, n in totals.values()) + launches, "async_ops": launches,
             "op_seconds": sum(ps for ps, _ in totals.values()) * PS,
             "by_type": ranked(totals, top)}
-    return {"device": device, "host": host}
+    return {"device": device, "host": host, "by_block": by_block(space)}
+
+
+def block_of(module):
+    """(block name, "forward" or "backward") of an XLA module's name, or None for a
+    module that is no block's (the loss, the update, a whole compiled step).
+
+    Example: ``block_of("a_inference___backward_block_exit_block2_13409_14880__.40")``
+    is ``("exit_block2", "backward")``."""
+    found = BLOCK_MODULE.search(module)
+    if not found:
+        return None
+    return found.group(2), "backward" if found.group(1) == "backward" else "forward"
+
+
+def by_block(space):
+    """{block: {"forward": seconds, "backward": seconds}} of an XSpace: the summed time
+    of the XLA ops (events with an `hlo_module` stat) each block's computations ran.
+
+    On a GPU these are the kernels on the device planes (the host's would count the same
+    work twice); on the CPU, XLA's ops on the host's threads, which may overlap, as the
+    host's op time does. Blocks appear in the order they first ran. Example:
+    ``by_block(newest_space(logdir))["decoder"]["backward"]``."""
+    gpus = [p for p in space.planes if p.name.startswith("/device:GPU:")]
+    planes = gpus or [p for p in space.planes if p.name.startswith("/host:CPU")]
+    found = []  # (begin, block, pass, duration): sorted, so that blocks keep their order
+    for plane in planes:
+        ids = {i for i, m in plane.stat_metadata.items() if m.name == "hlo_module"}
+        for line in plane.lines:
+            for event in line.events:
+                module = next((stat_text(plane, s) for s in event.stats
+                               if s.metadata_id in ids), None)
+                named = module and block_of(module)
+                if named:
+                    begin = line.timestamp_ns * 1000 + event.offset_ps
+                    found.append((begin, *named, event.duration_ps))
+    out = {}
+    for _, block, kind, duration_ps in sorted(found):
+        times = out.setdefault(block, {"forward": 0.0, "backward": 0.0})
+        times[kind] += duration_ps * PS
+    return out
+
+
+def stat_text(plane, stat):
+    """A stat's string: its own, or that of the stat metadata it refers to."""
+    return stat.str_value or (plane.stat_metadata[stat.ref_value].name if stat.ref_value
+                              else "")
 
 
 def op_type(metadata):
@@ -123,8 +176,7 @@ def kernel_type(plane, event, ids):
     for stat in event.stats:
         for name, i in ids.items():
             if stat.metadata_id == i:
-                values[name] = stat.str_value or (plane.stat_metadata[stat.ref_value].name
-                                                  if stat.ref_value else "")
+                values[name] = stat_text(plane, stat)
     if values.get("hlo_op"):
         return "XLA " + values["hlo_op"].split(".")[0]
     op = values.get("tf_op", "").split("::")[0].split("#")[0]

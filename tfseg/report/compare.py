@@ -62,6 +62,12 @@ def entry(m):
         "peak_op": a["peak_op"],
         "simulated_threads": a["simulated_threads"],
         "wall_seconds": m["wall_seconds"],
+        # What the step costs the host (`tfseg.profile.launches`): None where not counted.
+        "jit_mode": m.get("jit_mode"),
+        "ops_per_step": m.get("ops_per_step"),
+        "async_ops_per_step": m.get("async_ops_per_step"),
+        "compile_seconds": m.get("compile_seconds"),
+        "time_by_block": m.get("time_by_block") or {},
     }
 
 

@@ -52,13 +52,14 @@ class ReportConfig:
 
 
 # Fields of `StepConfig` that differ between the variants of one report.
-PER_VARIANT = ("variant", "recompute_blocks", "analyze", "analyze_batches", "builder")
+PER_VARIANT = ("variant", "recompute_blocks", "analyze", "analyze_batches", "builder",
+               "launches")
 
 
 def variant_step(config, name):
-    """The `StepConfig` that variant `name` of `config` measures: analysed, and,
-    when there is a budget to fit, also traced at twice the batch (the budget fit's
-    per-sample slope).
+    """The `StepConfig` that variant `name` of `config` measures: analysed, its warm
+    step's executed ops counted (`tfseg.profile.launches`), and, when there is a budget
+    to fit, also traced at twice the batch (the budget fit's per-sample slope).
 
     Args:
       config: a `ReportConfig`.
@@ -68,7 +69,8 @@ def variant_step(config, name):
     extra = (2 * step.batch,) if config.memory_budget_gb else ()
     if name in MEMORY_ANCHORS:  # on the recompute variant's segments
         return anchor_step(step, name).replace(recompute_blocks=config.recompute_blocks,
-                                               analyze=True, analyze_batches=extra)
+                                               analyze=True, analyze_batches=extra,
+                                               launches=True)
     blocks = config.recompute_blocks if name == "recompute" else ()
     return step.replace(variant=name, recompute_blocks=blocks, analyze=True,
-                        analyze_batches=extra)
+                        analyze_batches=extra, launches=True)

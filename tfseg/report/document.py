@@ -4,6 +4,8 @@ A configuration summary, then markdown tables with units in every header, each w
 sentence saying what it measures, and the words the tables use explained once.
 """
 
+from tfseg.report import launches
+
 MIB = 2**20
 # What the process holds besides the parts' buffers: before the step (weights, slots) and
 # the gradients computed by the peak (`held_at_peak` of tfseg/profile/analysis.py).
@@ -81,14 +83,15 @@ def peaks(report):
     rows = [(name, _mib(v["measured_peak_bytes"]), _mib(v["measured_peak_max_bytes"]),
              "-" if v["ratio_to_stock"] is None else f"{v['ratio_to_stock']:.2f}",
              _mib(v["static_estimate_bytes"]), f"{v['estimate_ratio']:.2f}",
-             f"{v['step_seconds']:.2f}") for name, v in variants.items()]
+             f"{v['step_seconds']:.2f}", launches.ops_cell(v), launches.compile_cell(v))
+            for name, v in variants.items()]
     header = ("variant", "peak over base (MiB)", "largest step (MiB)", "x stock",
-              "static estimate (MiB)", "estimate / measured", "step time (s)")
+              "static estimate (MiB)", "estimate / measured", "step time (s)") + launches.HEADER
     return _table(header, rows) + [
         "", f"The allocator's peak during one training step over its base: the median over "
         f"{'/'.join(map(str, repeats))} fresh processes of each one's median step (largest: "
         f"the largest step seen); the static estimate replays the traced step on a model of "
-        f"TensorFlow's executor and allocator, without running it."]
+        f"TensorFlow's executor and allocator, without running it. {launches.SENTENCE}"]
 
 
 def holdings(report):
@@ -235,6 +238,7 @@ def markdown(report, caveats=(), notes=()):
     lines += ["## Configuration", ""] + configuration(report) + [""]
     lines += ["## Peak memory of one training step", ""] + peaks(report) + [""]
     lines += [f"- {note}" for note in notes] + ([""] if notes else [])
+    lines += launches.section(report)
     lines += ["## What each variant holds", ""] + holdings(report) + [""]
     lines += decomposition(report)
     lines += ["## Kept for backward, by part of the model", ""] + by_part(

@@ -4,7 +4,7 @@ import json
 import math
 
 from tfseg.io.outputs import staged
-from tfseg.report import document
+from tfseg.report import document, launches
 
 MIB = 2**20
 # The static model replays TF's executor and allocator, not XLA's scheduler and buffer
@@ -36,6 +36,7 @@ def _labels(rows):
 def table(report):
     rows = [
         f"{'variant':<15}{'measured MiB':>13}{'max':>6}{'x stock':>8}{'static est':>11}{'est/meas':>9}{'step s':>8}"
+        f"{'TF ops':>8}{'compile s':>10}"
         f"{'params':>8}{'grads':>7}{'slots':>7}{'activ.':>8}{'/sample':>9}"
     ]
     for name, v in report["variants"].items():
@@ -44,6 +45,7 @@ def table(report):
             f"{name:<15}{v['measured_peak_bytes'] / MIB:>13.0f}{v['measured_peak_max_bytes'] / MIB:>6.0f}"
             f"{v['ratio_to_stock'] or float('nan'):>8.2f}"
             f"{v['static_estimate_bytes'] / MIB:>11.0f}{v['estimate_ratio']:>9.2f}{v['step_seconds']:>8.2f}"
+            f"{launches.ops_cell(v):>8}{launches.compile_cell(v):>10}"
             f"{a['parameter_bytes'] / MIB:>8.0f}{a['gradient_bytes'] / MIB:>7.0f}"
             f"{a['optimizer_slot_bytes'] / MIB:>7.0f}{a['activation_bytes'] / MIB:>8.0f}"
             f"{a['per_sample_activation_bytes'] / MIB:>9.0f}"
@@ -51,6 +53,7 @@ def table(report):
     repeats = {len(v["measured_peak_by_process_bytes"]) for v in report["variants"].values()}
     rows.append(f"(measured: the median over {'/'.join(map(str, sorted(repeats)))} fresh processes "
                 f"of each one's median step peak over its base; max: the largest step peak seen)")
+    rows.append(launches.NOTE)
     rows.append(f"(device: {report['device']}{_overhead(report.get('device_overhead'))})")
     for name, error in (report.get("failed") or {}).items():
         rows.append(f"({name} did not run: {error})")
@@ -78,6 +81,7 @@ def table(report):
         cells = "".join(f"{sum(v[held].get(p, 0) for p in of) / MIB:>15.1f}"
                         for v in report["variants"].values())
         rows.append(f"{name:<16}{cells}")
+    rows += launches.table_lines(report)
     sizes = report.get("max_sizes")
     if sizes:
         rows.append("")
