@@ -193,13 +193,10 @@ def _forward_outputs(blocks, model, images):
     return sum(o.shape.rank == 4 for op in calls for o in op.outputs)
 
 
-def test_a_twins_unused_gradients_keep_nothing_alive_between_forward_and_backward(
-        monkeypatch):
-    """The zeros TensorFlow makes for a custom gradient's unused outputs come from static
-    shapes (`zeros_from_shapes`), else each kept its input as a forward output: the
-    output-only norm's input, which memory saving exists not to keep."""
+def _residual_unit():
+    """A separable conv's ReLU, depthwise, norm, ReLU, pointwise and norm with a residual
+    add, rewritten (memory saving): a middle unit's pattern, small."""
     from tfseg import memory
-    from tfseg.xla import blocks as blocks_module
 
     x = keras.Input((9, 11, 8))
     y = keras.layers.ReLU(name="relu")(x)
@@ -208,7 +205,17 @@ def test_a_twins_unused_gradients_keep_nothing_alive_between_forward_and_backwar
     y = keras.layers.ReLU(name="relu2")(y)
     y = keras.layers.Conv2D(8, 1, name="pw")(y)
     y = keras.layers.BatchNormalization(name="pw_bn")(y)
-    model = memory.rewrite(keras.Model(x, keras.layers.Add(name="add")([x, y])))
+    return memory.rewrite(keras.Model(x, keras.layers.Add(name="add")([x, y])))
+
+
+def test_a_twins_unused_gradients_keep_nothing_alive_between_forward_and_backward(
+        monkeypatch):
+    """The zeros TensorFlow makes for a custom gradient's unused outputs come from static
+    shapes (`zeros_from_shapes`), else each kept its input as a forward output: the
+    output-only norm's input, which memory saving exists not to keep."""
+    from tfseg.xla import blocks as blocks_module
+
+    model = _residual_unit()
     images = tf.random.normal([2, 9, 11, 8])
     kept = _forward_outputs(Blocks(model, lambda layer: "one", jit_compile=False), model,
                             images)
@@ -225,17 +232,9 @@ def test_each_map_a_block_keeps_for_its_backward_pass_is_kept_once(monkeypatch):
     keeps as two buffers. Referred to by their source (`captures_by_source`), this block
     (the rewrite makes it a recomputed ReLU-depthwise-norm-ReLU-conv and a norm with the
     residual added) keeps its input and its output: 2 maps (it kept 4)."""
-    from tfseg import memory
     from tfseg.xla import blocks as blocks_module
 
-    x = keras.Input((9, 11, 8))
-    y = keras.layers.ReLU(name="relu")(x)
-    y = keras.layers.DepthwiseConv2D(3, padding="same", name="dw")(y)
-    y = keras.layers.BatchNormalization(name="dw_bn")(y)
-    y = keras.layers.ReLU(name="relu2")(y)
-    y = keras.layers.Conv2D(8, 1, name="pw")(y)
-    y = keras.layers.BatchNormalization(name="pw_bn")(y)
-    model = memory.rewrite(keras.Model(x, keras.layers.Add(name="add")([x, y])))
+    model = _residual_unit()
     images = tf.random.normal([2, 9, 11, 8])
     assert _forward_outputs(Blocks(model, lambda layer: "one"), model, images) == 2
     monkeypatch.setattr(blocks_module, "captures_by_source",
