@@ -49,3 +49,29 @@ def test_a_blocks_step_updates_as_the_uncompiled_one_in_a_few_dozen_launches(tmp
     update_b = np.concatenate([(b - i).ravel() for b, i in zip(after_b, initial)])
     assert np.linalg.norm(update_b - update_a) <= 0.05 * np.linalg.norm(update_a)
     assert ops_b <= 80 and ops_a > 20 * ops_b, (ops_a, ops_b)
+
+
+@pytest.mark.slow  # two tiny networks' steps per case, one compiled: ~1 min each on 2 cores
+@pytest.mark.parametrize("settings", [
+    {"recompute": ("entry_stem", "entry_block1", "middle")},
+    {"dtype_policy": "mixed_bfloat16"}, {"dtype_policy": "mixed_float16"}],
+    ids=["recompute", "mixed_bfloat16", "mixed_float16"])
+def test_recompute_and_both_mixed_precisions_train_under_blocks(settings):
+    """The blocks take the recomputed segments and the mixed precisions too: the first
+    step's loss is the uncompiled step's, and the update is finite and moves the weights."""
+    images = tf.cast(tf.random.stateless_uniform((2, 49, 65, 3), (0, 1), 0, 255), tf.uint8)
+    labels = tf.random.stateless_uniform((2, 49, 65), (0, 2), 0, 19, dtype=tf.int32)
+    losses = {}
+    for mode in ("off", "blocks"):
+        model, _, counter, train_step = _step(mode, **settings)
+        if mode == "off":
+            initial = [v.numpy() for v in model.variables]
+        else:
+            for v, value in zip(model.variables, initial):
+                v.assign(value)
+        loss, finite, _ = train_step((images, labels))
+        losses[mode] = float(loss)
+        assert bool(finite) and int(counter.numpy()) == 1, (mode, settings)
+        assert any(not np.array_equal(v.numpy(), i) for v, i in zip(model.variables, initial))
+    tolerance = 1e-4 if "dtype_policy" not in settings else 2e-2  # half precision's rounding
+    np.testing.assert_allclose(losses["blocks"], losses["off"], rtol=tolerance)
