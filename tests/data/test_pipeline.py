@@ -71,6 +71,7 @@ def test_eval_pads_images_of_different_sizes(tmp_path):
     assert image.dtype == np.uint8 and np.any(image[1, :, :9] != transforms.PAD_VALUE)
 
 
+@pytest.mark.slow  # 10-23 s: more than its share of the fast tier's 12 minutes
 def test_cache_gives_the_same_eval_batches(synthetic_root, tmp_path):
     plain = _arrays(build_dataset(_config(synthetic_root), training=False))
     for cache in (True, str(tmp_path / "cache")):

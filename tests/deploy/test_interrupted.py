@@ -65,6 +65,7 @@ def _signal_while_converting(sig, model_dir, folder):
     return proc.returncode, out, err
 
 
+@pytest.mark.slow  # 10-23 s: more than its share of the fast tier's 12 minutes
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_during_the_tflite_conversion_leaves_the_old_export_and_one_line(
         old_export, tmp_path, sig):

@@ -92,7 +92,8 @@ def _head_recomputes(model):
             and layer.name.startswith(("aspp", "decoder"))]
 
 
-@pytest.mark.parametrize("output_stride", [pytest.param(8, marks=pytest.mark.slow), 16])
+@pytest.mark.slow  # 10-23 s: more than its share of the fast tier's 12 minutes
+@pytest.mark.parametrize("output_stride", [8, 16])
 def test_deeplab_chunks_its_heads_separable_convs_exactly(output_stride, float64):
     """Memory saving chunks the decoder's two separable convs (ASPP's three stay whole);
     their gradients are the unchunked ones to float64 rounding (the whole network's)."""

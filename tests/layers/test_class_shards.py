@@ -187,6 +187,7 @@ print(json.dumps({"peak": device.memory_info()["peak"] - base,
 """
 
 
+@pytest.mark.slow  # 10-23 s: more than its share of the fast tier's 12 minutes
 @pytest.mark.xdist_group("measure")
 def test_the_chunked_head_peaks_below_the_stock_head():
     import json

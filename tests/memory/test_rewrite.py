@@ -187,6 +187,7 @@ def test_rewrite_without_separable_fusion_uses_the_single_layer_twins(output_str
     assert_matches_step(expected, new, deeplab_images())
 
 
+@pytest.mark.slow  # 10-23 s: more than its share of the fast tier's 12 minutes
 def test_rewrite_without_relu_depthwise_fusion_keeps_those_pairs_stock(float64):
     expected = stock_step(16, "batch")
     stock = load(deeplab_v3_plus(5, dropout=0.0, **TINY), expected.weights)

@@ -220,6 +220,7 @@ def _kept(model, shape):
     return [(t.op.type, tuple(t.shape)) for t in tensors]
 
 
+@pytest.mark.slow  # 10-23 s: more than its share of the fast tier's 12 minutes
 @pytest.mark.parametrize("output_stride,norm", [
     (16, "batch"), pytest.param(8, "group", marks=pytest.mark.slow)])  # 10-12 s each alone
 def test_the_decoder_keeps_the_maps_before_its_resize_and_concatenation(output_stride, norm):

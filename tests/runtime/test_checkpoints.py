@@ -100,6 +100,7 @@ def _batches(count):
 VARIANTS = [dict(), dict(memory_saving=True), dict(memory_saving=True, recompute=("middle",))]
 
 
+@pytest.mark.slow  # 10-23 s: more than its share of the fast tier's 12 minutes
 def test_each_momentum_slot_is_keyed_by_its_own_variable(tmp_path):
     """After one SGD step from zero momentum, a slot holds its variable's change (Keras:
     m = -lr * g; w += m), up to the rounding of w + m: a slot keyed by another variable's

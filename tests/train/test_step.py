@@ -150,6 +150,7 @@ def test_weight_decay_moves_exactly_the_decayed_kernels(decay_type):
         penalty if decay_type == "l2" else 0.0, rel=1e-4, abs=1e-5)
 
 
+@pytest.mark.slow  # 10-23 s: more than its share of the fast tier's 12 minutes
 def test_l2_decay_under_loss_scaling_moves_the_kernels_as_in_float32(mixed_float16):
     """The step adds the L2 gradient after the tape; the loss-scale optimizer unscales
     every gradient, so that one must be scaled as the loss is: the kernels still move
