@@ -5,8 +5,9 @@ changes what the model sees (70-96% of the pixels agreed with the checkpoint's c
 at other sizes). Instead the image is padded at the bottom and right up to at least
 (H, W) with what eval pads with, 0 after normalisation, which is 127.5 in uint8: a
 checkerboard of 127 and 128, whose mean it is (a plain 128 tipped 0.3-0.6% of a
-little-trained model's pixels, the checkerboard under 0.1%), run in windows of (H, W) every ``stride`` pixels (eval's two thirds of a
-window) with one flush with each end, and cropped back. Where windows overlap, their
+little-trained model's pixels, the checkerboard under 0.1%), run in windows of (H, W)
+every ``stride`` pixels (eval's two thirds of a window) with one flush with each end,
+and cropped back. Where windows overlap, their
 softmax probabilities are averaged, as ``--eval_mode=sliding`` does with
 ``--eval_crop=H,W``: the file then gives the checkpoint's classes in that mode (up to
 float error). A file without ``logits`` takes each pixel's class from the window in
@@ -21,7 +22,6 @@ Example::
 import numpy as np
 
 from tfseg.evaluation.inference import window_starts
-
 
 
 def grey(height, width):
