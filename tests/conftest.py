@@ -16,7 +16,8 @@ import pytest  # noqa: E402
 # The suite's own rules: slow tests marked (where CI is set; named elsewhere), slow and
 # grouped tests first.
 from tests.rules import (pytest_addoption, pytest_collection_modifyitems,  # noqa: E402,F401
-                         pytest_runtest_makereport, pytest_terminal_summary)
+                         pytest_runtest_call, pytest_runtest_makereport,
+                         pytest_terminal_summary)
 
 # Tiny but complete networks: every block kind, odd sizes, fast on 2 CPU cores.
 TINY = dict(width_multiplier=0.125, middle_repeats=2)

@@ -1,6 +1,6 @@
 """The suite's own rules, as pytest hooks (imported by tests/conftest.py): where ``CI`` is
 set (``.ci/run`` exports it, as hosted CI services do), an unmarked test over
-``slow_seconds`` (setup.cfg) fails, naming itself, so that the fast tier (-m "not slow")
+``slow_seconds`` (setup.cfg; its call's wall time or CPU time, whichever is less) fails, naming itself, so that the fast tier (-m "not slow")
 stays fast; elsewhere (a user's laptop, a busy machine: about 30 tests took over 20 s on
 2 loaded cores, where nothing was wrong) such tests pass, and the run ends with one line
 naming them. Slow and grouped tests are collected first.
@@ -11,12 +11,15 @@ distributed workers) and get ``shared_factor`` times as long. A test of 3.6 s in
 tier took 23.6 s beside them in CI, so a wall-clock limit there says nothing of the test."""
 
 import os
+import resource
 
 import pytest
 
 # The name under which a passing test's report carries its time over the limit, outside
 # CI (in user_properties, which xdist sends from its workers to the terminal's process).
 OVER = "tfseg_over_slow_limit"
+# The name under which a test's item carries its call's CPU time.
+CPU = "tfseg_cpu_seconds"
 
 
 def pytest_addoption(parser):
@@ -46,6 +49,29 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=late)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """Records the call's CPU time: this process's threads and the children it waited for."""
+    before = _cpu_seconds()
+    yield
+    item.user_properties.append((CPU, _cpu_seconds() - before))
+
+
+def _cpu_seconds():
+    own, children = (resource.getrusage(who) for who in
+                     (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def _seconds(item, call):
+    """The call's wall time or its CPU time, whichever is less. Beside another worker's
+    test the wall time grows while the CPU time does not (a test of 2.9 s here took 23.1 s
+    in CI); a test that keeps both cores busy has twice its wall time in CPU time. A test
+    that only waits is not counted by its CPU time, so it passes."""
+    cpu = dict(item.user_properties).get(CPU)
+    return call.duration if cpu is None else min(call.duration, cpu)
+
+
 def _in_ci():
     return bool(os.environ.get("CI"))
 
@@ -58,14 +84,15 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     report = outcome.get_result()
     limit = _limit(item.config, item.session)
-    if (report.when == "call" and report.passed and call.duration > limit
+    seconds = _seconds(item, call) if report.when == "call" else 0
+    if (report.when == "call" and report.passed and seconds > limit
             and not (item.get_closest_marker("slow") or item.get_closest_marker("full"))):
         if not _in_ci():
-            report.user_properties.append((OVER, limit))
+            report.user_properties.append((OVER, (limit, seconds)))
             return
         beside = limit > float(item.config.getini("slow_seconds"))
         report.outcome = "failed"
-        report.longrepr = (f"{item.nodeid} took {call.duration:.1f} s, over the {limit:g} s "
+        report.longrepr = (f"{item.nodeid} took {seconds:.1f} s, over the {limit:g} s "
                            f"of an unmarked test{' in a run beside slow tests' if beside else ''}"
                            f": mark it @pytest.mark.slow (or make it faster)")
 
@@ -73,13 +100,13 @@ def pytest_runtest_makereport(item, call):
 def pytest_terminal_summary(terminalreporter):
     """Outside CI, one line naming the unmarked tests that took over the limit, slowest
     first: they passed here, and would fail where ``CI`` is set."""
-    over = [(report.duration, report.nodeid, dict(report.user_properties)[OVER])
+    over = [(*dict(report.user_properties)[OVER][::-1], report.nodeid)
             for report in terminalreporter.stats.get("passed", ())
             if report.when == "call" and OVER in dict(report.user_properties)]
     if over:
-        limit = max(limit for _, _, limit in over)
-        tests = ", ".join(f"{nodeid} ({duration:.1f} s)"
-                          for duration, nodeid, _ in sorted(over, reverse=True))
+        limit = max(limit for _, limit, _ in over)
+        tests = ", ".join(f"{nodeid} ({seconds:.1f} s)"
+                          for seconds, _, nodeid in sorted(over, reverse=True))
         terminalreporter.write_line(
             f"{len(over)} unmarked test{'s' if len(over) > 1 else ''} took over {limit:g} s, "
             f"a failure where CI is set (mark it @pytest.mark.slow, or make it faster): "

@@ -14,18 +14,27 @@ CASES = '''
 import time
 import pytest
 
+def busy(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
 def test_quick():
     pass
 
 def test_unmarked_and_slow():
-    time.sleep(1.5)
+    busy(1.5)
 
 def test_unmarked_and_slower():
+    busy(2.5)
+
+def test_unmarked_and_waiting():
+    # As a test starved by another worker's: its wall time grows, its CPU time does not.
     time.sleep(2.5)
 
 @pytest.mark.slow
 def test_marked_and_slow():
-    time.sleep(1.5)
+    busy(1.5)
 
 @pytest.mark.xdist_group("measure")
 def test_grouped():
@@ -57,7 +66,8 @@ def test_an_unmarked_slow_test_fails_naming_itself_and_slow_ones_come_first(tmp_
            if line.startswith("test_cases.py::") and line.rstrip().endswith("%]")]
     assert ran == [["test_marked_and_slow", "PASSED"], ["test_grouped", "PASSED"],
                    ["test_quick", "PASSED"], ["test_unmarked_and_slow", "PASSED"],
-                   ["test_unmarked_and_slower", "FAILED"]], proc.stdout
+                   ["test_unmarked_and_slower", "FAILED"],
+                   ["test_unmarked_and_waiting", "PASSED"]], proc.stdout
     assert ("test_cases.py::test_unmarked_and_slower took 2.5 s, over the 2 s of an unmarked "
             "test in a run beside slow tests: mark it @pytest.mark.slow") in proc.stdout, \
         proc.stdout[-3000:]
@@ -78,7 +88,7 @@ def test_outside_ci_an_unmarked_slow_test_passes_and_the_last_line_names_it(tmp_
     proc = _pytest(tmp_path, "-m", "not slow", ci=None)
     assert proc.returncode == 0, proc.stdout[-3000:]
     last = proc.stdout.strip().splitlines()[-2:]
-    assert last[0] == named and last[1].startswith("=") and " 4 passed" in last[1], \
+    assert last[0] == named and last[1].startswith("=") and " 5 passed" in last[1], \
         proc.stdout[-3000:]
     # CI set but empty counts as not set.
     proc = _pytest(tmp_path, "-m", "not slow", "-k", "not slower", ci="")
