@@ -398,3 +398,46 @@ def test_a_layer_called_in_a_model_and_in_one_nested_in_it_is_refused():
     model = keras.Model(x, keras.layers.Add(name="add")([inner(x), norm(x)]))
     with pytest.raises(ValueError, match="two variables the path 'shared_bn/"):
         memory.rewrite(model)
+
+
+class _CallsPartOfItsEncoder(keras.Model):
+    """A functional model that tracks its whole encoder and calls all of it but the stem,
+    as keras-hub's BASNet does with its ResNet."""
+
+    def __init__(self):
+        pixels = keras.Input((None, None, 3))
+        stem = keras.layers.Conv2D(4, 3, padding="same", name="enc_stem_conv")(pixels)
+        stem = keras.layers.BatchNormalization(name="enc_stem_bn")(stem)
+        stage = keras.layers.Conv2D(4, 3, padding="same", name="enc_stage_conv")
+        encoder = keras.Model(pixels, stage(keras.layers.ReLU()(stem)), name="encoder")
+        images = keras.Input((None, None, 3))
+        x = keras.layers.Conv2D(4, 3, padding="same", name="own_stem_conv")(images)
+        x = keras.layers.BatchNormalization(name="own_stem_bn")(x)
+        x = stage(keras.layers.ReLU()(x))
+        x = keras.layers.BatchNormalization(name="head_bn")(x)
+        super().__init__(images, keras.layers.Conv2D(3, 1, name="logits")(
+            keras.layers.ReLU()(x)), name="calls_part")
+        self.encoder = encoder
+
+
+def test_layers_tracked_but_never_called_keep_their_variables(tmp_path):
+    """Checkpoints are keyed by path: the rewritten model holds every variable of the
+    original's, those of layers it tracks and never calls too, and a checkpoint of either
+    loads into the other."""
+    stock = _CallsPartOfItsEncoder()
+    saving = memory.rewrite(stock)
+    assert isinstance(saving.get_layer("own_stem_bn"), InplaceBatchNormalization)
+    assert sorted(w.path for w in saving.weights) == sorted(w.path for w in stock.weights)
+    assert {layer.name for layer in saving.outside_the_graph} == {"enc_stem_conv", "enc_stem_bn"}
+    images = np.random.RandomState(0).uniform(-1, 1, (2, 9, 11, 3)).astype("float32")
+    for w in stock.weights:
+        w.assign(w + 0.1)
+    path = memory.checkpoint(stock).write(str(tmp_path / "stock"))
+    memory.checkpoint(saving).read(path).assert_consumed()
+    np.testing.assert_allclose(saving(images), stock(images), atol=1e-6)
+    back = memory.checkpoint(saving).write(str(tmp_path / "saving"))
+    memory.checkpoint(_CallsPartOfItsEncoder()).read(back).assert_consumed()
+    # It trains: the variables it calls get gradients, the ones it only tracks none.
+    _, grads = train_step(saving, images)
+    assert {path for path, g in grads.items() if g is None} == {
+        "enc_stem_conv/kernel", "enc_stem_conv/bias", "enc_stem_bn/gamma", "enc_stem_bn/beta"}

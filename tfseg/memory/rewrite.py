@@ -48,7 +48,7 @@ def rewrite(model, options=None, *, recompute=None, recompute_layer=Recompute):
     True
     """
     options = of(options)
-    model = as_functional(model) or model  # a subclassed one: Graph refuses it
+    original, model = model, as_functional(model) or model  # a subclassed one: Graph refuses it
     summary = changes(model, options, recompute)
     missing = {name for name, _ in options.chunked} - _chunked(summary)
     if missing and options.fuse_separable:  # without it, nothing is chunked
@@ -61,6 +61,13 @@ def rewrite(model, options=None, *, recompute=None, recompute_layer=Recompute):
     outputs = keras.tree.map_structure(lambda t: tensors[id(t)], model._outputs_struct)
     new_model = keras.Model(inputs, outputs, name=model.name)
     builder.copy_weights()
+    outside = _outside_the_graph(original, {w.path for w in new_model.weights})
+    if outside:
+        # Tracked, not called: checkpoints are keyed by path, so the rewritten model holds
+        # every variable of the original's, called or not.
+        new_model.outside_the_graph = outside
+        log.info("%s: kept layers tracked outside its graph (their variables): %s",
+                 model.name, ", ".join(layer.name for layer in outside))
     twice = _shared_paths(new_model) - _shared_paths(model)
     if twice:  # a layer called both here and in a model nested here: two twins
         raise ValueError(f"{model.name}: the rewrite gave two variables the path "
@@ -170,6 +177,21 @@ class _Builder:
             same_names(new, old)  # sublayers made in build(): MHA's
             for source, target in zip(seed_states(old), seed_states(new)):
                 target.assign(source)  # its dropout draws what the original's would
+
+
+def _outside_the_graph(layer, present):
+    """The layers under `layer` whose variables are none of the paths `present`: layers
+    a model tracks as attributes and never calls (BASNet keeps its whole ResNet encoder
+    and calls all of it but the stem). The outermost such layers, each once."""
+    outside = []
+    for sub in layer._flatten_layers(include_self=False, recursive=False):
+        paths = {w.path for w in sub.weights}
+        if paths and not paths & present:
+            outside.append(sub)
+        elif paths - present:
+            outside += [inner for inner in _outside_the_graph(sub, present)
+                        if inner not in outside]
+    return outside
 
 
 def _chunked(summary):
