@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from tfseg import memory
 from tfseg.layers import (
+    ActivationSeparableConv2D,
     InplaceBatchNormalization,
     InplaceGroupNormalization,
     LeanDepthwiseConv2D,
@@ -292,13 +293,21 @@ def test_rewrite_of_keras_applications(app, float64):
     shape = (71, 71, 3) if app == "Xception" else (64, 64, 3)
     model = getattr(keras.applications, app)(weights=None, input_shape=shape, classes=7)
     summary = memory.changes(model)
-    # Xception: only its stem ReLU->Conv2D fuses (the rest is ReLU->SeparableConv2D,
-    # which has no twin here); MobileNetV2: each expansion's ReLU6 [-> padding] fuses
-    # into the depthwise conv after it (ReLU6 run again in its backward pass), and
-    # each depthwise -> BN -> ReLU6 -> 1x1 projection is a separable conv. Every
-    # norm gets its twin, inside separable convs too.
+    # Xception: its stem ReLU->Conv2D fuses, each of its 34 SeparableConv2D layers is a
+    # twin keeping only its input, and the 32 with a ReLU before them take it in;
+    # MobileNetV2: each expansion's ReLU6 [-> padding] fuses into the depthwise conv
+    # after it (ReLU6 run again in its backward pass), and each depthwise -> BN -> ReLU6
+    # -> 1x1 projection is a separable conv. Every norm gets its twin, inside separable
+    # convs too.
     if app == "Xception":
-        assert summary.fused == [("block1_conv1_act", "block1_conv2")]
+        separable = [l for l in model.layers if type(l) is keras.layers.SeparableConv2D]
+        assert len(summary.separable_layers) == len(separable) == 34
+        stem = ("block1_conv1_act", "block1_conv2")
+        assert stem in summary.fused and len(summary.fused) == 33
+        assert {conv for pair in summary.fused if pair != stem for conv in pair[1:]} < {
+            l.name for l in separable}
+        assert all(type(new) is ActivationSeparableConv2D for new in
+                   memory.rewrite(model).layers if new.name in summary.separable_layers)
     else:
         assert len(summary.fused) == 17
         assert all(conv.endswith("depthwise") for _, conv in summary.fused)

@@ -10,6 +10,7 @@ from tfseg.layers.branches import SerialBranches
 from tfseg.layers.keep_input import lean_avg_pool, lean_conv, lean_max_pool
 from tfseg.layers.fused_conv import (ActivationConv2D, ActivationDepthwiseConv2D,
                                      LeanDepthwiseConv2D, ReluConv2D, ReluDepthwiseConv2D)
+from tfseg.layers.fused_separable import ActivationSeparableConv2D
 from tfseg.layers.fused_pool import ActivationAveragePooling2D, ActivationMaxPooling2D
 from tfseg.layers.layer_norm import (InplaceLayerNormalization, InplaceRMSNormalization,
                                      inplace_layer_norm)
@@ -28,6 +29,7 @@ __all__ = [
     "ActivationDepthwiseConv2D",
     "ActivationEinsumDense",
     "ActivationMaxPooling2D",
+    "ActivationSeparableConv2D",
     "ClassShards",
     "GAMMA_EPSILON",
     "InplaceBatchNormalization",

@@ -102,6 +102,8 @@ def lean_conv(x, kernel, *, conv, input_grad=None, filter_grad=None, activation=
     for the backward pass.
 
     Args:
+      kernel: a tensor, or a tuple of them that `conv` takes together (a separable
+        conv's depthwise and pointwise kernels); the gradient is one per kernel.
       conv: (inputs, kernel) -> outputs.
       input_grad, filter_grad: the conv's backprop kernels, (prepared input or its
         shape, kernel or its shape, dy) -> gradient; without them the backward
@@ -119,11 +121,17 @@ def lean_conv(x, kernel, *, conv, input_grad=None, filter_grad=None, activation=
 
     parts = _parts(x)
     n = len(parts)
+    kernels = list(kernel) if isinstance(kernel, (list, tuple)) else [kernel]
+    m = len(kernels)
+    if input_grad is not None and m > 1:
+        raise ValueError("lean_conv: input_grad and filter_grad take one kernel")
 
     @tf.custom_gradient
     def forward(*args):
-        xs, ks = [tf.stop_gradient(p) for p in args[:n]], tf.stop_gradient(args[n])
-        ss = tf.stop_gradient(args[n + 1]) if len(args) > n + 1 else None
+        xs = [tf.stop_gradient(p) for p in args[:n]]
+        kept = [tf.stop_gradient(k) for k in args[n:n + m]]
+        ks = tuple(kept) if m > 1 else kept[0]
+        ss = tf.stop_gradient(args[n + m]) if len(args) > n + m else None
         y = conv(_Input(activation, pad, ss).prepare(xs), ks)
 
         def backward(dy):
@@ -131,23 +139,23 @@ def lean_conv(x, kernel, *, conv, input_grad=None, filter_grad=None, activation=
                 rebuilt = _Input(activation, pad, ss)
                 prepared = rebuilt.again(xs if n > 1 else xs[0], dy)
                 if input_grad is not None:
-                    d_kernel = filter_grad(prepared, tf.shape(ks), dy)
+                    d_kernels = [filter_grad(prepared, tf.shape(ks), dy)]
                     # After the filter gradient: act(x) is then free before the input
                     # gradient and the activation's own are made (TF ran them side by side).
-                    with tf.control_dependencies([d_kernel]):
+                    with tf.control_dependencies(d_kernels):
                         d_prepared = input_grad(tf.shape(prepared), ks, dy)
                 else:
                     with tf.GradientTape() as tape:
-                        tape.watch([prepared, ks])
+                        tape.watch([prepared, *kept])
                         y_again = conv(prepared, ks)
-                    d_prepared, d_kernel = tape.gradient(y_again, [prepared, ks],
-                                                         output_gradients=dy)
+                    d_prepared, *d_kernels = tape.gradient(y_again, [prepared, *kept],
+                                                           output_gradients=dy)
                 dx, d_scale = rebuilt.gradient(d_prepared)
-                return (*split(dx, xs), d_kernel, *d_scale)
+                return (*split(dx, xs), *d_kernels, *d_scale)
 
         return y, backward
 
-    return forward(*parts, kernel, *([] if scale is None else [scale]))
+    return forward(*parts, *kernels, *([] if scale is None else [scale]))
 
 
 def lean_max_pool(x, *, ksize, strides, padding, activation=None, pad=None, name=None):

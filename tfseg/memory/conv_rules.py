@@ -9,6 +9,7 @@ from tfseg.layers import (
     ActivationConv2D,
     ActivationDepthwiseConv2D,
     ActivationMaxPooling2D,
+    ActivationSeparableConv2D,
     LeanDepthwiseConv2D,
     ReluConv2D,
     ReluDepthwiseConv2D,
@@ -22,6 +23,9 @@ from tfseg.memory.twins import DENSE_TWINS, tuned
 
 record("fused", lambda pairs: f"fused {len(pairs)} activation+layer pairs")
 record("scaled", lambda pairs: f"folded {len(pairs)} channel scales into convs")
+record("separable_layers", lambda names: (
+    f"made {len(names)} SeparableConv2D layer{'s' if len(names) != 1 else ''} keep only "
+    f"{'their' if len(names) != 1 else 'its'} input"))
 record("lean", lambda names: f"made {len(names)} dilated depthwise convs lean")
 record("relu_concat", lambda names: (
     f"{len(names)} concatenation{'s' if len(names) != 1 else ''} of ReLUs taken in as parts "
@@ -155,6 +159,22 @@ def activation_dense(finding):
         finding.act(act, PASSES)
         finding.replace(layer, DENSE_TWINS[type(layer)],
                         input_activation=elementwise.serialize(act.operation))
+
+
+@rule("separable_layers", order=89, option="fuse_separable")
+def separable_layers(finding):
+    """[Activation [-> ZeroPadding2D] ->] `SeparableConv2D` (Xception's, as one layer) as
+    `ActivationSeparableConv2D`, which keeps neither the activation's output nor the
+    depthwise conv's."""
+    for node in finding.open_nodes():
+        layer = node.operation
+        if (type(layer) is not keras.layers.SeparableConv2D or finding.graph.shared(layer)
+                or layer.data_format != "channels_last"):
+            continue
+        finding.add("separable_layers", layer.name)
+        if not take_activation(finding, node, ActivationSeparableConv2D,
+                               ActivationSeparableConv2D):
+            finding.replace(layer, ActivationSeparableConv2D, input_activation=None)
 
 
 @rule("activation_depthwise", order=91, option="fuse_relu_depthwise")
