@@ -36,7 +36,7 @@ def test_without_a_gpu_it_exits_2_in_one_line_that_says_why():
         f"tiny shapes on the CPU"], proc.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.full  # run with -m full: .ci/run keeps to 40 minutes
 @pytest.mark.xdist_group("measure")
 @pytest.mark.timeout(1500)  # seven fresh processes, each building and tracing a DeepLab
 def test_the_cpu_dry_run_runs_every_piece_and_writes_the_table(tmp_path):

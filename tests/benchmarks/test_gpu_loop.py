@@ -40,7 +40,7 @@ def test_a_bad_argument_is_one_line_and_exit_2():
         "benchmarks/gpu_loop.py: --step_seconds takes NAME=SECONDS, --size HxW"]
 
 
-@pytest.mark.slow
+@pytest.mark.full  # run with -m full: .ci/run keeps to 40 minutes
 @pytest.mark.xdist_group("measure")
 @pytest.mark.timeout(900)  # the set written once, then two fresh training processes
 def test_the_cpu_dry_run_trains_twice_and_measures_each_run(tmp_path):

@@ -18,7 +18,7 @@ def _total(result):
     return result["base_bytes"] + result["peak_over_base_bytes"]
 
 
-@pytest.mark.slow
+@pytest.mark.full  # run with -m full: .ci/run keeps to 40 minutes
 @pytest.mark.xdist_group("measure")
 def test_a_budget_between_two_plans_picks_the_faster_that_fits_and_its_step_stays_inside():
     # Each configuration runs once in its fresh process, whoever asks for it (the

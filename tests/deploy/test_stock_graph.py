@@ -93,8 +93,8 @@ def _train_and_export(data_dir, model_dir, flags, devices=0):
 @pytest.mark.timeout(900)  # a fresh process for the split run, on a busy machine
 @pytest.mark.parametrize("flags,devices", [
     (("--memory_saving", "--recompute=middle"), 0),
-    (("--class_shards=4", "--memory_saving"), 0),
-    (("--model_devices=CPU:0,CPU:1", "--memory_saving"), 2),
+    pytest.param(("--class_shards=4", "--memory_saving"), 0, marks=pytest.mark.full),
+    pytest.param(("--model_devices=CPU:0,CPU:1", "--memory_saving"), 2, marks=pytest.mark.full),
 ], ids=["memory_saving", "class_shards", "model_devices"])
 def test_exports_of_twin_trained_runs_hold_only_stock_ops(data_dir, tmp_path, flags, devices):
     export = _train_and_export(data_dir, tmp_path / "run", flags, devices)

@@ -93,7 +93,7 @@ def _head_recomputes(model):
 
 
 @pytest.mark.slow  # 10-23 s: more than its share of the fast tier's 12 minutes
-@pytest.mark.parametrize("output_stride", [8, 16])
+@pytest.mark.parametrize("output_stride", [8, pytest.param(16, marks=pytest.mark.full)])
 def test_deeplab_chunks_its_heads_separable_convs_exactly(output_stride, float64):
     """Memory saving chunks the decoder's two separable convs (ASPP's three stay whole);
     their gradients are the unchunked ones to float64 rounding (the whole network's)."""

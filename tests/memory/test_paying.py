@@ -79,7 +79,7 @@ def test_tricks_off_stay_off_and_a_sequential_is_weighed_as_its_graph():
     assert memory.weigh(model, x).options == RewriteOptions()
 
 
-@pytest.mark.slow  # nine traced DeepLab steps: ~50 s on 2 cores
+@pytest.mark.full  # -m full; nine traced DeepLab steps: ~50 s on 2 cores
 def test_twins_inside_a_recomputed_block_are_kept_though_they_weigh_nothing():
     """DeepLab's ReLU-depthwise and dilated twins are inside its separable convs'
     `Recompute` blocks: the outer step keeps the same bytes without them, yet they

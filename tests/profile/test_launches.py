@@ -57,7 +57,7 @@ def test_compile_seconds_are_the_first_steps_excess_never_below_zero():
     assert launches.compile_seconds("off", 3.0, 0.1) is None
 
 
-@pytest.mark.slow  # XLA compiles the tiny network's blocks in a fresh process: ~70 s
+@pytest.mark.full  # -m full; XLA compiles the tiny network's blocks in a fresh process: ~70 s
 @pytest.mark.xdist_group("measure")
 @pytest.mark.timeout(600)
 def test_blocks_run_far_fewer_ops_and_their_time_names_every_block():

@@ -70,7 +70,7 @@ def test_rewrite_lowers_the_measured_peak_of_a_separable_stack(monkeypatch):
     assert ratio < 0.85, (ratio, stock["peak_over_base_bytes"], twins["peak_over_base_bytes"])
 
 
-@pytest.mark.slow
+@pytest.mark.full  # run with -m full: .ci/run keeps to 40 minutes
 @pytest.mark.xdist_group("measure")
 def test_the_saving_survives_xla(monkeypatch):
     """XLA drops control dependencies: without a data dependency on the gradient it

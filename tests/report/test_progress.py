@@ -106,7 +106,7 @@ def _run(*args, timeout=600):
                           capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.slow
+@pytest.mark.full  # run with -m full: .ci/run keeps to 40 minutes
 @pytest.mark.xdist_group("measure")
 @pytest.mark.timeout(600)
 def test_past_its_time_bound_the_report_gives_estimates_marked_unverified(tmp_path):

@@ -126,7 +126,7 @@ def test_main_report_writes_its_files_and_measures_the_saving(tmp_path):
             assert chart.format == "PNG"
 
 
-@pytest.mark.slow
+@pytest.mark.full  # run with -m full: .ci/run keeps to 40 minutes
 @pytest.mark.xdist_group("measure")
 @pytest.mark.timeout(600)  # over the suite's 300 s per test on a busy machine
 def test_predicted_batch_fits_and_one_more_does_not(tmp_path):

@@ -22,7 +22,7 @@ def on_devices(count, *args, timeout=600):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("devices,output_stride,norm,memory_saving", [
-    (3, 16, "batch", True),   # the memory-saving twins' custom gradients, split
+    pytest.param(3, 16, "batch", True, marks=pytest.mark.full),  # the twins' gradients, split
     (2, 8, "group", False),
 ])
 def test_split_equals_one_device(devices, output_stride, norm, memory_saving):

@@ -210,7 +210,7 @@ print(json.dumps({"jit": bool(model.jit_compile), "base": base, "peak_over_base"
 """
 
 
-@pytest.mark.slow
+@pytest.mark.full  # run with -m full: .ci/run keeps to 40 minutes
 @pytest.mark.xdist_group("measure")
 @pytest.mark.timeout(600)  # over the suite's 300 s per test on a busy machine
 def test_a_memory_saving_model_keeps_its_saving_in_fit_under_xla():

@@ -54,7 +54,8 @@ def test_a_blocks_step_updates_as_the_uncompiled_one_in_a_few_dozen_launches(tmp
 @pytest.mark.slow  # two tiny networks' steps per case, one compiled: ~1 min each on 2 cores
 @pytest.mark.parametrize("settings", [
     {"recompute": ("entry_stem", "entry_block1", "middle")},
-    {"dtype_policy": "mixed_bfloat16"}, {"dtype_policy": "mixed_float16"}],
+    pytest.param({"dtype_policy": "mixed_bfloat16"}, marks=pytest.mark.full),
+    pytest.param({"dtype_policy": "mixed_float16"}, marks=pytest.mark.full)],
     ids=["recompute", "mixed_bfloat16", "mixed_float16"])
 def test_recompute_and_both_mixed_precisions_train_under_blocks(settings):
     """The blocks take the recomputed segments and the mixed precisions too: the first
