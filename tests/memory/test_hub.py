@@ -229,3 +229,22 @@ def test_keras_hubs_entries_register_once_keras_hub_is_imported(imports):
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "tfseg.layers.hub"
+
+
+def test_basnet_keeps_every_variable_of_its_encoder_and_checkpoints_load_both_ways(tmp_path):
+    """BASNet tracks its whole ResNet encoder and calls all of it but the stem: the
+    rewritten model holds those variables too."""
+    encoder = keras_hub.models.ResNetBackbone(
+        input_conv_filters=[64], input_conv_kernel_sizes=[7],
+        stackwise_num_filters=[64, 64, 64, 64], stackwise_num_blocks=[1, 1, 1, 1],
+        stackwise_num_strides=[1, 2, 2, 2], block_type="basic_block", use_pre_activation=False)
+    backbone = keras_hub.models.BASNetBackbone(encoder, num_classes=1, image_shape=[32, 32, 3])
+    stock = keras_hub.models.BASNetImageSegmenter(backbone)
+    saving = memory.rewrite(stock)
+    assert sorted(w.path for w in saving.weights) == sorted(w.path for w in stock.weights)
+    images = np.random.RandomState(0).rand(2, 32, 32, 3).astype("float32")
+    path = memory.checkpoint(stock).write(str(tmp_path / "stock"))
+    memory.checkpoint(saving).read(path).assert_consumed()
+    memory.checkpoint(stock).read(memory.checkpoint(saving).write(
+        str(tmp_path / "saving"))).assert_consumed()
+    np.testing.assert_allclose(saving(images), stock(images), atol=1e-5)
