@@ -51,6 +51,7 @@ BUILT_IN = {
     "layer_norms": ("inplace_norm",),
     "attention": ("lean_attention",), "resized_concat_conv": ("lean_upsampling",),
     "inside_blocks": (), "activation_dense": ("fuse_relu_conv",),
+    "separable_layers": ("fuse_separable",),
     "upsampled_conv": ("lean_upsampling",), "activation_depthwise": ("fuse_relu_depthwise",),
     "activation_conv": ("fuse_relu_conv",), "scaled_conv": ("fuse_relu_conv",),
     "lean_dilated": ("lean_dilated",), "logits_resize": ("lean_upsampling",),

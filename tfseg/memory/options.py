@@ -22,7 +22,9 @@ class RewriteOptions:
         DeepLab's or MobileNetV2's) in `Recompute(block, tail=conv)`: it keeps
         only the chain's input, runs the cheap depthwise part again in the
         backward pass and never runs the conv twice. Inside, the single-layer
-        twins below apply too, which shrinks the block's second run.
+        twins below apply too, which shrinks the block's second run. Also each
+        [activation [-> ZeroPadding2D] ->] `SeparableConv2D` layer (Xception's) as
+        `ActivationSeparableConv2D`, which keeps only its input.
       fuse_relu_depthwise: replace ReLU [-> ZeroPadding2D] -> DepthwiseConv2D
         (either order) by `ReluDepthwiseConv2D`, and any other elementwise
         activation there (ReLU6, leaky ReLU, swish, hard-swish, GELU, ...: see
