@@ -9,7 +9,7 @@ import tensorflow as tf
 from tfseg.layers import (ActivationAveragePooling2D, ActivationDepthwiseConv2D,
                           ActivationMaxPooling2D, ReluConv2D)
 from tfseg.memory.kept import kept_tensors
-from tests.layers.twins import ancestors, compare
+from tests.layers.twins import activation_first, ancestors, compare
 
 PARTS = (3, 5, 2)  # channels of each part; odd sizes below
 SHAPE = (2, 13, 11)
@@ -23,20 +23,8 @@ def test_activation_max_pool_matches_stock(act, pad, kwargs, compiled, float64):
     """relu -> zero padding -> 3x3 max pool (ResNet's stem) as one twin keeping its
     input: the output and the input gradient, exact, with ties (many zeros after
     the ReLU) going where TF's own MaxPoolGrad sends them."""
-    stock_act = keras.activations.get(act)
-
-    class Stock(keras.layers.MaxPooling2D):
-        def call(self, inputs):
-            t = stock_act(inputs)
-            return super().call(t if pad is None else tf.pad(t, [[0, 0], *pad, [0, 0]]))
-
-        def compute_output_shape(self, shape):
-            if pad is not None:
-                shape = (shape[0], shape[1] + sum(pad[0]), shape[2] + sum(pad[1]), shape[3])
-            return super().compute_output_shape(shape)
-
-    compare(Stock(**kwargs), ActivationMaxPooling2D(input_activation=act, input_padding=pad,
-                                                    **kwargs),
+    compare(activation_first(keras.layers.MaxPooling2D, act, pad, **kwargs),
+            ActivationMaxPooling2D(input_activation=act, input_padding=pad, **kwargs),
             (2, 13, 11, 4), compiled, dtype="float64", rtol=1e-12, atol=1e-12)
 
 

@@ -7,26 +7,14 @@ import tensorflow as tf
 
 from tfseg.layers import ActivationSeparableConv2D
 from tfseg.memory.kept import kept_tensors
-from tests.layers.twins import compare
+from tests.layers.twins import activation_first, compare
 
 SHAPE = (2, 13, 11, 4)
 
 
 def _stock(act, pad, **kwargs):
     """act [-> zero padding] -> SeparableConv2D as one layer (act None: the conv alone)."""
-    stock_act = keras.activations.get(act) if act else (lambda t: t)
-
-    class Stock(keras.layers.SeparableConv2D):
-        def call(self, inputs):
-            t = stock_act(inputs)
-            return super().call(t if pad is None else tf.pad(t, [[0, 0], *pad, [0, 0]]))
-
-        def compute_output_shape(self, shape):
-            if pad is not None:
-                shape = (shape[0], shape[1] + sum(pad[0]), shape[2] + sum(pad[1]), shape[3])
-            return super().compute_output_shape(shape)
-
-    return Stock(**kwargs)
+    return activation_first(keras.layers.SeparableConv2D, act, pad, **kwargs)
 
 
 CASES = [

@@ -12,6 +12,25 @@ class ReluThenDepthwise(keras.layers.DepthwiseConv2D):
         return super().call(tf.nn.relu(inputs))
 
 
+def activation_first(stock_class, act, pad, **kwargs):
+    """A `stock_class` layer that runs the stock activation `act` (None: none) [and the
+    zero padding `pad`, ((top, bottom), (left, right))] on its input first: the stock
+    composition a twin taking them in replaces, as one layer for comparison."""
+    stock_act = keras.activations.get(act) if act else (lambda t: t)
+
+    class Stock(stock_class):
+        def call(self, inputs):
+            t = stock_act(inputs)
+            return super().call(t if pad is None else tf.pad(t, [[0, 0], *pad, [0, 0]]))
+
+        def compute_output_shape(self, shape):
+            if pad is not None:
+                shape = (shape[0], shape[1] + sum(pad[0]), shape[2] + sum(pad[1]), shape[3])
+            return super().compute_output_shape(shape)
+
+    return Stock(**kwargs)
+
+
 def train_step(layer, x, upstream, compiled):
     def step():
         with tf.GradientTape() as tape:

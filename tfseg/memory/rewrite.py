@@ -61,13 +61,7 @@ def rewrite(model, options=None, *, recompute=None, recompute_layer=Recompute):
     outputs = keras.tree.map_structure(lambda t: tensors[id(t)], model._outputs_struct)
     new_model = keras.Model(inputs, outputs, name=model.name)
     builder.copy_weights()
-    outside = _outside_the_graph(original, {w.path for w in new_model.weights})
-    if outside:
-        # Tracked, not called: checkpoints are keyed by path, so the rewritten model holds
-        # every variable of the original's, called or not.
-        new_model.outside_the_graph = outside
-        log.info("%s: kept layers tracked outside its graph (their variables): %s",
-                 model.name, ", ".join(layer.name for layer in outside))
+    _keep_outside(original, new_model)
     twice = _shared_paths(new_model) - _shared_paths(model)
     if twice:  # a layer called both here and in a model nested here: two twins
         raise ValueError(f"{model.name}: the rewrite gave two variables the path "
@@ -177,6 +171,17 @@ class _Builder:
             same_names(new, old)  # sublayers made in build(): MHA's
             for source, target in zip(seed_states(old), seed_states(new)):
                 target.assign(source)  # its dropout draws what the original's would
+
+
+def _keep_outside(original, new_model):
+    """Gives `new_model` the layers `original` tracks and never calls, as its
+    `outside_the_graph`: checkpoints are keyed by path, so the rewritten model holds every
+    variable of the original's, called or not."""
+    outside = _outside_the_graph(original, {w.path for w in new_model.weights})
+    if outside:
+        new_model.outside_the_graph = outside
+        log.info("%s: kept layers tracked outside its graph (their variables): %s",
+                 new_model.name, ", ".join(layer.name for layer in outside))
 
 
 def _outside_the_graph(layer, present):
