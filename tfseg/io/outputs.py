@@ -48,24 +48,47 @@ class _Guard:
     def __init__(self):
         self.signum = None
         self.hold = False  # True while renaming into place or cleaning up: no raising
+        self._again = False  # raise once more: the first raise was lost in a finalizer
         self._previous = {}
+        self._hook = self._timer = None
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
             for sig in _SIGNALS:
                 if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
                     self._previous[sig] = signal.signal(sig, self._handle)
+            if self._previous:
+                self._hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         return self
 
     def _handle(self, signum, frame):
         first = self.signum is None
         self.signum = self.signum or signum
-        if first and not self.hold:
+        if (first or self._again) and not self.hold:
+            self._again = False
             raise Interrupted(signal.Signals(signum).name)
+
+    def _unraisable(self, unraisable):
+        """A signal that lands while a finalizer (`__del__`, TensorFlow's freeing of a
+        function) runs raises there, and Python ignores what a finalizer raises: the
+        write would go on and a traceback be printed. It is raised again instead, in the
+        code the finalizer interrupted."""
+        if isinstance(unraisable.exc_value, Interrupted) and self.signum is not None:
+            # From another thread, a little later: a signal raised here would be handled
+            # here, in this hook, which ignores what it raises too.
+            self._again = True
+            self._timer = threading.Timer(0.01, os.kill, (os.getpid(), self.signum))
+            self._timer.start()
+        else:
+            self._hook(unraisable)
 
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        if self._previous:
+            sys.unraisablehook = self._hook
+        if self._timer is not None:
+            self._timer.cancel()
         self._previous = {}
         if self.signum is not None:
             # Its usual course, now that the output is whole: the default handling ends
