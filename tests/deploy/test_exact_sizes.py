@@ -248,7 +248,10 @@ def test_predict_through_the_tflite_is_the_checkpoints_sliding_predict_at_other_
     got = predicted("tflite", model_path=str(default_export / "model.tflite"))
     assert [g.shape for g in got] == [(40, 57), ODD, (96, 48)] == [w.shape for w in want]
     for got_classes, want_classes in zip(got, want):
-        assert np.mean(got_classes == want_classes) >= 0.999
+        # TFLite's kernels round otherwise: a near-tie of this barely trained model's
+        # logits may flip (3 pixels of 2,280 were seen); the stretch this guards against
+        # changed 4-30% of them.
+        assert np.mean(got_classes == want_classes) >= 0.995
     assert any(line.endswith(f"it takes 64x96: an image of another size is padded and run in "
                              f"windows every {stride[0]}x{stride[1]} pixels, as "
                              f"--eval_mode=sliding --eval_crop=64,96 does") for line in lines), lines
