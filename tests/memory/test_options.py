@@ -19,9 +19,10 @@ TINY = dict(width_multiplier=0.125, middle_repeats=1, input_shape=(65, 97, 3))
 def test_options_are_frozen_and_all_none_replace_name_the_same_fields():
     default = RewriteOptions()
     names = [field.name for field in dataclasses.fields(RewriteOptions)]
-    assert names[-2:] == ["chunked", "unpaid"]  # settings, not switches
-    assert default.chunked == default.unpaid == ()
-    names = names[:-2]
+    assert names[-3:] == ["chunked", "unpaid", "weigh"]  # settings, not switches
+    assert default.chunked == default.unpaid == () and default.weigh is True
+    assert RewriteOptions.none().weigh is True  # nothing to weigh there, but not switched
+    names = names[:-3]
     assert len(names) == 8 and RewriteOptions.names() == tuple(names)
     with pytest.raises(ValueError, match="unknown rewrite option"):
         default.on("unpaid")
@@ -113,7 +114,7 @@ def test_chunked_is_checked_and_ignored_without_separable_fusion():
                          ids=repr)
 def test_a_switch_that_is_not_a_bool_is_refused_naming_the_field_and_value(value):
     """"no" and "false" were taken and, being true, left every trick on; None was taken."""
-    for name in RewriteOptions.names():
+    for name in RewriteOptions.names() + ("weigh",):
         message = (f"RewriteOptions.{name} must be True or False (a bool), got {value!r} "
                    f"(a {type(value).__name__})")
         with pytest.raises(TypeError) as raised:

@@ -6,11 +6,11 @@ from tfseg.memory.options import RewriteOptions
 from tfseg.memory.patterns import Changes, changes
 from tfseg.memory.segments import Segment
 from tfseg.memory.rewrite import as_functional, rewrite
-from tfseg.memory.paying import paying, weigh
+from tfseg.memory.paying import may_keep_more, paying, weigh
 from tfseg.memory.weights import checkpoint, copy_weights, variables_by_path
 
 __all__ = ["Changes", "RewriteOptions", "Segment", "as_functional", "changes", "checkpoint",
-           "copy_weights", "paying", "rewrite", "variables_by_path", "weigh"]
+           "copy_weights", "may_keep_more", "paying", "rewrite", "variables_by_path", "weigh"]
 
 
 def _register_hub_blocks(keras_hub):

@@ -96,10 +96,13 @@ class RewriteOptions:
     # chunked.
     chunked: tuple = dataclasses.field(default=(), metadata={"switch": False})
     unpaid: tuple = dataclasses.field(default=(), metadata={"switch": False})
+    # Not a trick: whether `rewrite` weighs the tricks where its model would keep more
+    # than stock's (`tfseg.memory.rewrite`); False builds them where they are found.
+    weigh: bool = dataclasses.field(default=True, metadata={"switch": False})
 
     def __post_init__(self):
         # A switch is read by truth: "no", "false" and None were taken, and "no" is true.
-        for name in self.names():
+        for name in self.names() + ("weigh",):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"RewriteOptions.{name} must be True or False (a bool), got "

@@ -13,13 +13,17 @@ import dataclasses
 
 import tensorflow as tf
 
-from tfseg.memory.graph import as_functional
+from tfseg.memory.builder import build
+from tfseg.memory.graph import Graph, as_functional, nested_model
 from tfseg.memory.kept import step_kept_bytes
 from tfseg.memory.options import of
-from tfseg.memory.patterns import changes
-from tfseg.memory.rewrite import rewrite
+from tfseg.memory.patterns import changes, cut
 
-__all__ = ["Weighed", "paying", "weigh"]
+__all__ = ["Weighed", "example_inputs", "may_keep_more", "paying", "weigh"]
+
+# The batch a model whose batch is open is weighed at: the kept bytes of its activations
+# grow with the batch, a norm's statistics do not.
+EXAMPLE_BATCH = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +62,7 @@ def weigh(model, inputs, options=None, *, recompute=None):
     model = as_functional(model) or model
     inputs = tf.nest.map_structure(tf.convert_to_tensor, inputs)
     stock = step_kept_bytes(model, inputs)
-    kept = step_kept_bytes(rewrite(model, options, recompute=recompute), inputs)
+    kept = step_kept_bytes(build(model, options, recompute)[0], inputs)
     unpaid = []
     for name in options.names():
         if not options.on(name):
@@ -66,7 +70,7 @@ def weigh(model, inputs, options=None, *, recompute=None):
         fewer = options.replace(**{name: False})
         if _same(changes(model, fewer, recompute), changes(model, options, recompute)):
             continue  # nothing of this trick here (or it needs one already off)
-        without = step_kept_bytes(rewrite(model, fewer, recompute=recompute), inputs)
+        without = step_kept_bytes(build(model, fewer, recompute)[0], inputs)
         if without < kept:
             unpaid.append((name, kept, without))
             options, kept = fewer, without
@@ -89,6 +93,53 @@ def paying(model, inputs, options=None, *, recompute=None):
     True
     """
     return weigh(model, inputs, options, recompute=recompute).options
+
+
+def may_keep_more(model, summary):
+    """Whether the rewrite `summary` (`model`'s `Changes`) finds may keep a map more
+    than `model` does, so that it is worth weighing. An output-only norm keeps its
+    output where stock's keeps its input: a map more where another layer reads the input
+    too (and may keep it: a DenseNet's concatenation, a pre-activation ResNet's block
+    input), and maybe where a norm's readers cannot be seen (inside a subclassed layer);
+    elsewhere at most its per-channel statistics more. Every other twin keeps a tensor of
+    its stock layer's size, or less: an activation's input for its output, a block's
+    input for its maps, a norm's sum for its output.
+
+    Example:
+
+    >>> model = keras.applications.MobileNetV2(weights=None, input_shape=(32, 32, 3))
+    >>> may_keep_more(model, changes(model))  # each norm's input: one conv's output
+    False
+    """
+    model = as_functional(model) or model
+    graph = Graph(model)
+    norms = set(summary.inplace) | set(summary.layer_norms)
+    for node in graph.nodes:
+        if node.operation.name in norms and any(
+                len(graph.consumers[id(t)]) > 1 for t in node.input_tensors):
+            return True
+        nested = nested_model(node.operation)
+        inner = summary.nested.get(node.operation.name)
+        if nested is not None and inner is not None and may_keep_more(
+                cut(nested, summary.cuts), inner):
+            return True
+    return any(t.twin is not t.stock for twins in summary.inside.values() for t in twins)
+
+
+def example_inputs(model, batch=EXAMPLE_BATCH):
+    """Zeros in the structure, shapes and dtypes of `model`'s inputs, `batch` where its
+    batch is open; None where another dimension is open (None).
+
+    Example:
+
+    >>> model = keras.applications.MobileNetV2(weights=None, input_shape=(32, 32, 3))
+    >>> example_inputs(model).shape
+    TensorShape([2, 32, 32, 3])
+    """
+    if any(None in tuple(t.shape)[1:] for t in model.inputs):
+        return None
+    return tf.nest.map_structure(
+        lambda t: tf.zeros((t.shape[0] or batch,) + tuple(t.shape)[1:], t.dtype), model.input)
 
 
 def _same(a, b):

@@ -170,6 +170,10 @@ def deeplab_v3_plus(
             segments = xception.recompute_segments(features, body, middle_repeats) + segments
         # Without memory_saving, recompute alone: every trick off, not only some.
         options = memory.RewriteOptions.all() if memory_saving else memory.RewriteOptions.none()
+        # Not weighed at each build: the traced step's kept bytes do not see what the twins
+        # save inside the recomputed blocks, and DeepLab's savings are measured
+        # (docs/benchmarks.md, "Training step memory").
+        options = options.replace(weigh=False)
         if memory_saving and head_policy.norm == "batch":  # group norm mixes channels
             options = options.replace(chunked=head_chunked(model))
         model = memory.rewrite(model, options, recompute=segments,
