@@ -98,16 +98,44 @@ def test_twins_go_inside_a_rebuilt_copy_of_a_subclassed_block_not_the_users(floa
     h = Block(name="frozen")(h)
     model = keras.Model(x, keras.layers.Dense(3, name="head")(h))
     model.get_layer("frozen").norm.trainable = False  # a copy from its config would train it
-    assert memory.changes(model).inside.keys() == {"good", "odd", "frozen"}
+    found = memory.changes(model)
+    assert found.inside.keys() == {"good"}
+    assert found.kept_stock == [("odd", "rebuilt from its config, its variables differ"),
+                                ("frozen", "rebuilt from its config, its sublayers differ")]
     with caplog.at_level("INFO", logger="tfseg.memory"):
         new = memory.rewrite(model)
     good, odd = new.get_layer("good"), new.get_layer("odd")
     assert good is not model.get_layer("good") and odd is model.get_layer("odd")
     assert new.get_layer("frozen") is model.get_layer("frozen")
-    assert "odd: kept as it is" in caplog.text
-    assert "frozen: kept as it is (rebuilt from its config, its sublayers differ)" in caplog.text
+    assert "kept odd stock: rebuilt from its config, its variables differ" in caplog.text
+    assert "made 2 more inside 1 subclassed layers" in caplog.text
     assert isinstance(good.norm, InplaceLayerNormalization)
     assert isinstance(good.attention, LeanMultiHeadAttention)
     assert not any(type(layer).__module__.startswith("tfseg") for layer in model._flatten_layers())
     assert sorted(w.path for w in new.weights) == sorted(w.path for w in model.weights)
     assert_same_training_step(model, new, tf.constant(np.random.RandomState(0).randn(2, 9, 16)))
+
+
+@keras.saving.register_keras_serializable(package="tests")
+class Unconfigured(Block):
+    """A block whose config leaves out an argument its constructor needs (keras-hub's
+    DeiT encoder): `from_config` raises."""
+
+    def __init__(self, width, **kwargs):
+        super().__init__(**kwargs)
+        self.width = width
+
+    def get_config(self):
+        return keras.layers.Layer.get_config(self)
+
+
+def test_a_block_whose_config_does_not_rebuild_is_summarized_as_kept_not_as_twins():
+    x = keras.Input((9, 16))
+    model = keras.Model(x, Unconfigured(16, name="encoder")(x))
+    found = memory.changes(model)
+    assert found.inside == {}
+    [(name, why)] = found.kept_stock
+    assert name == "encoder" and why.startswith("its config does not rebuild it (TypeError: ")
+    assert "more inside" not in str(found) and "kept encoder stock: its config" in str(found)
+    new = memory.rewrite(model)
+    assert new.get_layer("encoder") is model.get_layer("encoder")

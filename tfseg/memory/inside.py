@@ -142,39 +142,53 @@ def seed_states(layer):
     return [v for v in layer.variables if id(v) not in weights]
 
 
-def rebuilt_with_twins(layer, twins, args, kwargs):
-    """Calls a copy of `layer` rebuilt from its config, with `twins` (`Inner` entries
-    from `inner_twins`) in it and `layer`'s weights, on `args`; returns (the copy, its
-    outputs), or (None, None) where the copy's variables or sublayers differ from
-    `layer`'s (then `layer` is kept)."""
+def _rebuilt(layer, twins, args, kwargs):
+    """(a copy of `layer` rebuilt from its config and called on `args`, its outputs,
+    None), or (None, None, why not) where the copy's variables or sublayers differ from
+    `layer`'s or are not the stock classes `twins` (`Inner` entries) expect."""
     try:
         copy = blocks.rebuild(layer) or type(layer).from_config(layer.get_config())
     except Exception as error:  # a config that does not rebuild: keep the layer
-        log.info("%s: kept as it is (its config does not rebuild it: %s)", layer.name,
-                 str(error).splitlines()[0][:200])
-        return None, None
+        first = (str(error).splitlines() or [""])[0][:160]
+        return None, None, f"its config does not rebuild it ({type(error).__name__}: {first})"
     same_names(copy, layer)
     outputs = same_scope(copy, layer)(*args, **kwargs)
-    old, new = _weights(layer), _weights(copy)
-    if [t[:2] for t in old] != [t[:2] for t in new]:
-        log.info("%s: kept as it is (rebuilt from its config, its variables differ)",
-                 layer.name)
-        return None, None
+    if [t[:2] for t in _weights(layer)] != [t[:2] for t in _weights(copy)]:
+        return None, None, "rebuilt from its config, its variables differ"
     subs, originals = (l._flatten_layers(include_self=False) for l in (copy, layer))
     if [_settings(a) for a in subs] != [_settings(b) for b in originals]:
         # A config that leaves out a setting of a sublayer (an epsilon, a frozen
         # norm) rebuilds another computation with the same variables.
-        log.info("%s: kept as it is (rebuilt from its config, its sublayers differ)",
-                 layer.name)
+        return None, None, "rebuilt from its config, its sublayers differ"
+    if any(subs[t.index].name != t.name or type(subs[t.index]) is not t.stock for t in twins):
+        return None, None, "its rebuilt sublayers are not the ones found"
+    return copy, outputs, None
+
+
+def why_not_rebuilt(layer, twins, node):
+    """Why a copy of `layer` with `twins` in it would not rebuild where `node` (a node of
+    `tfseg.memory.graph.Graph`) calls it, built on new inputs of the same shapes; None
+    where it would. What `changes` says without building the model."""
+    tensors = {id(t): keras.Input(batch_shape=t.shape, dtype=t.dtype)
+               for t in node.input_tensors}
+    args, kwargs = node.arguments.fill_in(tensors)
+    return _rebuilt(layer, twins, args, kwargs)[2]
+
+
+def rebuilt_with_twins(layer, twins, args, kwargs):
+    """Calls a copy of `layer` rebuilt from its config, with `twins` (`Inner` entries
+    from `inner_twins`) in it and `layer`'s weights, on `args`; returns (the copy, its
+    outputs), or (None, None) where the copy's variables or sublayers differ from
+    `layer`'s (then `layer` is kept, and the log says why)."""
+    copy, outputs, why = _rebuilt(layer, twins, args, kwargs)
+    if why is not None:
+        log.info("%s: kept as it is (%s)", layer.name, why)
         return None, None
-    for twin in twins:
-        if subs[twin.index].name != twin.name or type(subs[twin.index]) is not twin.stock:
-            log.info("%s: kept as it is (its rebuilt sublayers differ)", layer.name)
-            return None, None
-    for (_, _, source), (_, _, target) in zip(old, new):
+    for (_, _, source), (_, _, target) in zip(_weights(layer), _weights(copy)):
         target.assign(source)
     for source, target in zip(seed_states(layer), seed_states(copy)):
         target.assign(source)  # its dropout draws what the original's would
+    subs = copy._flatten_layers(include_self=False)
     for twin in twins:
         subs[twin.index].__class__ = twin.twin
         for attribute, value in twin.settings:

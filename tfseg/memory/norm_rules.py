@@ -3,7 +3,7 @@ residual adds, lean attention, and twins inside rebuilt copies of blocks."""
 
 import keras
 
-from tfseg.memory.inside import inner_twins
+from tfseg.memory.inside import inner_twins, why_not_rebuilt
 from tfseg.memory.matchers import residual_folds
 from tfseg.memory.plans import DROPS, FoldedNorm, Rebuilt
 from tfseg.memory.rules import record, rule
@@ -14,8 +14,8 @@ record("residual", lambda pairs: f"folded {len(pairs)} residual adds into their 
 record("layer_norms", lambda names: f"made {len(names)} layer norms output-only")
 record("attention", lambda names: f"made {len(names)} attention layers lean")
 record("inside", lambda twins: (
-    f"up to {sum(t.twin is not t.stock for ts in twins.values() for t in ts)} more inside "
-    f"{len(twins)} subclassed layers (where a copy rebuilds them)"), kind=dict)
+    f"made {sum(t.twin is not t.stock for ts in twins.values() for t in ts)} more inside "
+    f"{len(twins)} subclassed layers"), kind=dict)
 record("kept_stock", lambda kept: "; ".join(f"kept {name} stock: {why}" for name, why in kept))
 
 
@@ -60,14 +60,18 @@ def attention(finding):
 @rule("inside_blocks", order=70)
 def inside_blocks(finding):
     """Subclassed layers as copies rebuilt with twins inside (`tfseg.memory.inside`);
-    each of the options decides for its own twins there."""
+    each of the options decides for its own twins there. A layer whose copy would not
+    rebuild (a keras-hub config that leaves out an argument) is kept, and the summary
+    says why."""
     inside, kept = finding.changes.inside, finding.changes.kept_stock
     for node in finding.open_nodes():
         layer = node.operation
         if layer.name not in inside:
             twins, why = inner_twins(layer, finding.options)
+            not_rebuilt = why_not_rebuilt(layer, twins, node) if twins else None
+            why += [(layer.name, not_rebuilt)] if not_rebuilt else []
             kept += [k for k in why if k not in kept]
-            if twins:
+            if twins and not not_rebuilt:
                 inside[layer.name] = twins
         if layer.name in inside:
             finding.act(node, Rebuilt(inside[layer.name]))
