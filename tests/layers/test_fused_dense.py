@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from tfseg import memory
 from tfseg.layers import ActivationDense, ActivationEinsumDense
+from tfseg.memory.kept import kept_tensors
 from tests.memory.test_patterns import kept_bytes
 
 
@@ -63,6 +64,52 @@ def test_the_mlp_keeps_one_hidden_tensor_not_two():
     kept = kept_bytes(fused, x)
     assert hidden <= kept < 2 * hidden
     assert kept_bytes(stock, x) - kept >= 2 * hidden
+
+
+def test_a_dropout_between_draws_stocks_mask_from_its_seed_and_keeps_none(float64):
+    """GELU -> Dropout (its stateless mask from a seed, as Keras' on TensorFlow) ->
+    Dense against `ActivationDense(dropout=(rate, seed))`: the same outputs and
+    gradients, and the twin's backward pass keeps the hidden input alone (no mask, no
+    dropped map), the seed drawn again there."""
+    rate, seed = 0.25, tf.constant([3, 7], tf.int32)
+    dense = keras.layers.Dense(7, name="down")
+    twin = ActivationDense(7, input_activation="gelu", name="down")
+    for layer in (dense, twin):
+        layer.build((None, 5, 24))
+    twin.set_weights([np.random.RandomState(i).randn(*w.shape) for i, w in
+                      enumerate(dense.weights)])
+    dense.set_weights(twin.get_weights())
+    h = tf.constant(np.random.RandomState(0).randn(3, 5, 24))
+    upstream = tf.constant(np.random.RandomState(1).randn(3, 5, 7))
+
+    def stock(h):
+        return dense(tf.nn.experimental.stateless_dropout(keras.activations.gelu(h), rate,
+                                                          seed=seed))
+
+    def fused(h):
+        return twin.call(h, dropout=(rate, seed))
+
+    outputs = {}
+    for name, function, layer in (("stock", stock, dense), ("twin", fused, twin)):
+        with tf.GradientTape() as tape:
+            tape.watch(h)
+            y = function(h)
+            loss = tf.reduce_sum(y * upstream)
+        outputs[name] = (y, *tape.gradient(loss, [h, *layer.trainable_weights]))
+    assert np.abs(outputs["twin"][0] - twin.call(h)).max() > 0.1  # the mask drops some
+    for got, expected in zip(outputs["twin"], outputs["stock"]):
+        np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-12, atol=1e-12)
+
+    @tf.function
+    def backward_keeps(h):
+        with tf.GradientTape() as tape:
+            tape.watch(h)
+            loss = tf.reduce_sum(fused(h) * upstream)
+        return loss, tape.gradient(loss, h)
+
+    graph = backward_keeps.get_concrete_function(h).graph
+    kept = kept_tensors(graph, graph.outputs[0], set())
+    assert sum(k.bytes for k in kept) <= 3 * 5 * 24 * 8 + 64  # h, the seed
 
 
 def test_config_round_trips():

@@ -75,7 +75,8 @@ def nasnet_mobile():
 
 
 MODELS = [deeplab_v3, segformer, vit, csp_darknet,
-          pytest.param(convnext_tiny, marks=pytest.mark.slow),
+          # 50-70 s; its twins: test_applications' ConvNeXtTiny cases
+          pytest.param(convnext_tiny, marks=[pytest.mark.slow, pytest.mark.full]),
           # 60-80 s; its name scopes: test_rewrite's test_nested_sequentials_and_name_scopes
           pytest.param(nasnet_mobile, marks=[pytest.mark.slow, pytest.mark.full])]
 
@@ -144,16 +145,31 @@ def test_vits_subclassed_blocks_get_the_transformer_twins():
     assert [(layer.name, layer.input_activation) for layer in fused] == [("dense_2", "gelu")] * 2
 
 
-def test_a_vit_mlp_with_dropout_between_its_dense_layers_stays_stock_and_says_why():
-    backbone = keras_hub.models.ViTBackbone(
-        image_shape=(32, 32, 3), patch_size=8, num_layers=1, num_heads=2, hidden_dim=16,
-        mlp_dim=32, dropout_rate=0.1, attention_dropout=0.0)
-    model = keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=3)
-    mlp = next(layer for layer in model._flatten_layers() if layer.name.startswith("mlp"))
-    summary = memory.changes(model.backbone)  # the task model's nested functional one
-    assert (mlp.name, "dropout 0.1 between its two Dense layers") in summary.kept_stock
-    kinds = {type(layer) for layer in memory.rewrite(model)._flatten_layers()}
-    assert ActivationDense not in kinds and LeanMultiHeadAttention in kinds
+def test_a_vit_mlp_with_dropout_between_its_dense_layers_fuses_and_draws_stocks_masks(float64):
+    """ViT at dropout 0.1: the GELU and the dropout after it go into the second Dense
+    (`LeanViTMLP`), the mask drawn again from Keras' seed: the training step is stock's,
+    masks included, and the step keeps less, as at dropout 0."""
+    from tfseg.layers.hub import LeanViTMLP
+    from tfseg.memory.kept import step_kept_bytes
+
+    def classifier(rate):
+        backbone = keras_hub.models.ViTBackbone(
+            image_shape=(32, 32, 3), patch_size=8, num_layers=1, num_heads=2, hidden_dim=16,
+            mlp_dim=32, dropout_rate=rate, attention_dropout=0.0)
+        return keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=3,
+                                                   dropout=0.0)
+
+    model = classifier(0.1)
+    new = memory.rewrite(model)
+    assert memory.changes(model.backbone).kept_stock == []
+    kinds = collections.Counter(type(layer) for layer in new._flatten_layers())
+    assert kinds[LeanViTMLP] == kinds[ActivationDense] == 1 and kinds[LeanMultiHeadAttention]
+    assert sorted(w.path for w in new.weights) == sorted(w.path for w in model.weights)
+    images = tf.constant(np.random.RandomState(0).rand(2, 32, 32, 3))
+    assert_same_training_step(model, new, images)
+    saved = {rate: step_kept_bytes(m, images) - step_kept_bytes(memory.rewrite(m), images)
+             for rate, m in ((0.1, classifier(0.1)), (0.0, classifier(0.0)))}
+    assert saved[0.1] >= saved[0.0] > 0, saved
 
 
 def test_keras_hubs_transformer_encoder_fuses_its_feedforward_exactly(float64):

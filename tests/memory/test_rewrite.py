@@ -45,7 +45,8 @@ def step_of(model, images, compiled=True):
     and the non-trainable weights after (the norms' moving statistics), as numpy."""
     weights = {w.path: w.numpy() for w in model.weights}
     logits, grads = train_step(model, images, compiled)
-    return Step(weights, logits.numpy(), {path: g.numpy() for path, g in grads.items()},
+    return Step(weights, logits.numpy(),
+                {path: tf.convert_to_tensor(g).numpy() for path, g in grads.items()},
                 {w.path: w.numpy() for w in model.non_trainable_weights})
 
 

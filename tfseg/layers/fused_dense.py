@@ -33,6 +33,12 @@ def _kernel_grad(t, shape, dy):
     return tf.linalg.matmul(_rows(t), _rows(dy), transpose_a=True)
 
 
+def _dropped(activation, rate, seed):
+    """activation(t) then Keras' TensorFlow dropout with `seed`: the same mask each call."""
+    function = tf.nn.relu if activation == "relu" else activation or tf.identity
+    return lambda t: tf.nn.experimental.stateless_dropout(function(t), rate, seed=seed)
+
+
 class _DenseTakesActivation(TakesActivation):
     """What both dense twins share beyond `TakesActivation` (whose default activation
     here is GELU's): `call`, the product (`_product`) through `lean_conv`, then the
@@ -45,9 +51,16 @@ class _DenseTakesActivation(TakesActivation):
         """`lean_conv`'s product arguments: `conv` [, `input_grad`, `filter_grad`]."""
         raise NotImplementedError
 
-    def call(self, inputs, training=None):
+    def call(self, inputs, training=None, dropout=None):
+        """`dropout`: None, or (rate, int32 seed) of a dropout between the activation and
+        the product (a ViT MLP's), whose mask is drawn again from the seed in the backward
+        pass, not kept; `tfseg.layers.attention.keras_seed` draws the seed a Keras
+        `Dropout` would."""
         kernel = ops.cast(self.kernel, self.compute_dtype)
-        outputs = lean_conv(inputs, kernel, activation=self._input_fn, name=self.name,
+        activation = self._input_fn
+        if dropout is not None:
+            activation = _dropped(activation, *dropout)
+        outputs = lean_conv(inputs, kernel, activation=activation, name=self.name,
                             **self._product())
         if self.bias is not None:
             outputs = ops.add(outputs, ops.cast(self.bias, self.compute_dtype))

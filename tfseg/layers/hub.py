@@ -1,5 +1,5 @@
 """Twins of keras-hub blocks that compute in their own `call` (keras-hub 0.32's
-`models/mit/mit_layers.py`): subclasses that add no state, so a rebuilt copy's block
+`models/mit/mit_layers.py`, `models/vit/vit_layers.py`): subclasses that add no state, so a rebuilt copy's block
 becomes one by taking its class (`tfseg.memory.inside`).
 
 keras-hub is optional and this module imports it, so `tfseg.layers` does not import
@@ -20,8 +20,10 @@ Example (keras-hub installed):
 
 import math
 
+import keras
 from keras import ops
 from keras_hub.src.models.mit.mit_layers import MixFFN, SegFormerMultiheadAttention
+from keras_hub.src.models.vit.vit_layers import MLP
 
 from tfseg.layers.attention import keras_seed, lean_attention
 
@@ -71,3 +73,27 @@ class LeanSegFormerAttention(SegFormerMultiheadAttention):
         scale = ops.convert_to_tensor(self.scale, dtype=q.dtype)
         out = lean_attention(q, k, v, scale=scale, dropout=dropout, name=self.name)
         return self.proj_drop(self.proj(ops.reshape(out, (batch, tokens, width))))
+
+
+class LeanViTMLP(MLP):
+    """ViT's MLP, dense_1 (GELU) -> dropout -> dense_2 -> dropout, whose GELU and first
+    dropout run inside dense_2, an `ActivationDense`: dense_1's output is kept, not the
+    GELU's output nor the dropped one, each 4x the width (`mlp_dim`); the mask is drawn
+    again from the seed Keras' `Dropout` draws, so the outputs are stock's, mask and all.
+
+    Arguments are MLP's (`hidden_dim`, `mlp_dim`, `dropout_rate`); x: [batch, tokens,
+    hidden_dim] -> the same shape. Alone, dense_1 keeps its GELU and dense_2 is stock:
+    the rewrite makes dense_1 linear and dense_2 an `ActivationDense`."""
+
+    def call(self, inputs):  # MLP.call, its first dropout handed to dense_2
+        context = self._get_call_context()  # Keras' record of the `training` in force
+        dropout = None
+        if context is not None and context.training and self.dropout.rate > 0:
+            dropout = (self.dropout.rate, keras_seed(self.dropout.seed_generator))
+        h = self.dense_1(inputs)
+        if dropout is None:
+            return self.dropout(self.dense_2(h))
+        # `call` itself: Keras binds a layer's call arguments by the signature of the class
+        # it was made as, and the rewrite makes a stock Dense this twin after that.
+        with keras.name_scope(self.dense_2.name):
+            return self.dropout(self.dense_2.call(h, dropout=dropout))

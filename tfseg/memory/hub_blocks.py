@@ -10,6 +10,8 @@ stay stock); one whose attributes changed keeps the pair stock and says why
 
 import logging
 
+import keras
+
 from tfseg.layers import ActivationDense
 from tfseg.memory.blocks import register_block, register_rebuild, register_twin
 
@@ -19,21 +21,26 @@ try:
                                                      SegFormerMultiheadAttention)
     from keras_hub.src.models.vit.vit_layers import MLP
 
-    from tfseg.layers.hub import LeanMixFFN, LeanSegFormerAttention
+    from tfseg.layers.hub import LeanMixFFN, LeanSegFormerAttention, LeanViTMLP
 except ImportError as error:  # another keras-hub: its blocks stay stock
     logging.getLogger("tfseg.memory").info("keras-hub's blocks are not registered: %s",
                                            error)
-    TransformerEncoder = MLP = HierarchicalTransformerEncoder = None
+    TransformerEncoder = MLP = HierarchicalTransformerEncoder = LeanViTMLP = None
     MixFFN = SegFormerMultiheadAttention = None
 
 
-@register_block(MLP)
+@register_twin(MLP, "fuse_relu_conv")
 def _vit_mlp(layer):
     """ViT's MLP (`models/vit/vit_layers.py`): dense_1 (GELU) -> dropout -> dense_2 ->
-    dropout. The dropout between is the identity only at rate 0."""
-    if layer.dropout_rate:
-        return [], f"dropout {layer.dropout_rate:g} between its two Dense layers"
-    return [("dense_1", "dense_2")], None
+    dropout; the GELU and the first dropout go into dense_2, the mask replayed from its
+    seed. At rate 1 stock's dropout returns zeros, which the twin does not draw."""
+    if layer.dropout_rate >= 1:
+        return None, {}, f"dropout {layer.dropout_rate:g} between its two Dense layers"
+    activation = keras.activations.serialize(layer.dense_1.activation)
+    return LeanViTMLP, {
+        "dense_1": (keras.layers.Dense, (("activation", keras.activations.linear),)),
+        "dense_2": (ActivationDense, (("input_activation", activation),)),
+    }, None
 
 
 @register_block(TransformerEncoder)
