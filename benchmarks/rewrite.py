@@ -8,10 +8,13 @@ measured in a fresh process per variant and repeat, with the allocator recipe of
 `tfseg/profile/measure.py`: a warm-up step, `gc.collect()`, base = current, reset,
 one step, peak - base; the median of the repeats. "rewrite" is
 `tfseg.memory.rewrite(model)` with its defaults (output-only norms, activations
-fused into the next conv, separable blocks, residual folds); "weighed" is
+fused into the next conv, separable blocks, residual folds; weighed at the model's
+input shapes where it would keep more than stock); "unweighed" builds every trick found
+(`RewriteOptions(weigh=False)`); "weighed" is
 `tfseg.memory.rewrite(model, tfseg.memory.paying(model, images))`, the tricks that pay
 on that model at that size and batch by its traced step's kept bytes (stock where a
-trick does not). Dropout rates are zeroed so the variants run the same maths.
+trick does not). Dropout rates are zeroed so the variants run the same maths, but
+where a model's masks are drawn alike in both (`KEEP_DROPOUT`).
 
     python benchmarks/rewrite.py                       # 224x224, batch 8, 3 repeats
     python benchmarks/rewrite.py --models ResNet50 --repeats 1 --size 160
@@ -19,6 +22,7 @@ trick does not). Dropout rates are zeroed so the variants run the same maths.
         hub:DeepLabV3ResNet50                          # issue 35's table, at its sizes
     python benchmarks/rewrite.py --models NASNetMobile --size 128 --batch 4 \
         --variants stock rewrite weighed               # issue 43's "no model grows"
+    python benchmarks/rewrite.py --models hub:ViTTi16Dropout --repeats 3  # dropout 0.1
 
 keras-hub models (`hub:` names, at their own size and batch unless --size/--batch are
 given) need keras-hub installed (docs/testing.md#keras-hub).
@@ -43,7 +47,7 @@ TARGETS = {"MobileNetV2": 0.5, "MobileNetV3Large": 0.5, "MobileNetV3Small": 0.5,
            "hub:SegFormerB0": 0.6, "hub:ViTBase": 0.6, "hub:DeepLabV3ResNet50": 0.55}
 MODELS = ("MobileNetV2", "MobileNetV3Large", "EfficientNetB0", "EfficientNetV2B0", "ResNet50",
           "ResNet50V2", "DenseNet121", "Xception")
-VARIANTS = ("stock", "rewrite", "weighed")
+VARIANTS = ("stock", "rewrite", "weighed", "unweighed")
 MIB = 2**20
 
 
@@ -61,11 +65,12 @@ def segformer(keras_hub, size, dims=(32, 64, 160, 256), depths=(2, 2, 2, 2), hea
     return keras_hub.models.SegFormerImageSegmenter(backbone=backbone, num_classes=classes)
 
 
-def vit(keras_hub, size, patch=16, layers=12, heads=12, width=768, mlp=3072, classes=1000):
+def vit(keras_hub, size, patch=16, layers=12, heads=12, width=768, mlp=3072, classes=1000,
+        dropout=0.0):
     """keras-hub's ViT classifier (defaults: ViT-B/16)."""
     backbone = keras_hub.models.ViTBackbone(
         image_shape=(size, size, 3), patch_size=patch, num_layers=layers, num_heads=heads,
-        hidden_dim=width, mlp_dim=mlp, dropout_rate=0.0, attention_dropout=0.0)
+        hidden_dim=width, mlp_dim=mlp, dropout_rate=dropout, attention_dropout=0.0)
     return keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=classes)
 
 
@@ -85,9 +90,19 @@ def deeplab_v3(keras_hub, size, stem=64, filters=(64, 128, 256, 512), blocks=(3,
     return keras_hub.models.DeepLabV3ImageSegmenter(backbone=backbone, num_classes=classes)
 
 
+def vit_tiny_dropout(keras_hub, size):
+    """ViT-Ti/16 with its MLPs' dropout at 0.1, the rate ViT trains with from scratch: its
+    masks are drawn alike in both variants (the seed states are copied), so its dropout
+    stays on."""
+    return vit(keras_hub, size, layers=12, heads=3, width=192, mlp=768, dropout=0.1)
+
+
 # keras-hub task models: builder, size, batch (issue 35's table).
 HUB = {"hub:SegFormerB0": (segformer, 512, 2), "hub:ViTBase": (vit, 224, 8),
-       "hub:DeepLabV3ResNet50": (deeplab_v3, 512, 2)}
+       "hub:DeepLabV3ResNet50": (deeplab_v3, 512, 2),
+       "hub:ViTTi16Dropout": (vit_tiny_dropout, 128, 2)}
+# Models measured with their dropout on.
+KEEP_DROPOUT = {"hub:ViTTi16Dropout"}
 
 
 def build(name, size):
@@ -116,13 +131,15 @@ def child(name, variant, size, batch):
     keras.utils.set_random_seed(0)
     model, logits = build(name, size)
     for layer in model._flatten_layers():
-        if isinstance(layer, keras.layers.Dropout):
+        if isinstance(layer, keras.layers.Dropout) and name not in KEEP_DROPOUT:
             layer.rate = 0.0
     rng = np.random.RandomState(0)
     images = tf.constant(rng.rand(batch, size, size, 3).astype("float32") * 255)
     stock, options = model, None  # None: every trick
     if variant == "weighed":
         options = memory.paying(model, images)
+    elif variant == "unweighed":
+        options = memory.RewriteOptions(weigh=False)
     if variant != "stock":
         model = memory.rewrite(model, options)
     optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
