@@ -151,13 +151,15 @@ def test_every_keras_applications_constructor(app, float64):
     check_application(app, rtol=1e-6, compiled=True)
 
 
-@pytest.mark.slow  # NASNet's 700 layers traced twice: ~40 s on 2 cores
+@pytest.mark.slow  # NASNet's 700 layers traced four times: ~60 s on 2 cores
 @pytest.mark.parametrize("app, size, most", [
-    ("NASNetMobile", 32, 0.99), pytest.param("InceptionV3", 75, 0.6, marks=pytest.mark.full)])
+    ("NASNetMobile", 32, 0.5), pytest.param("InceptionV3", 75, 0.6, marks=pytest.mark.full)])
 def test_the_rewritten_step_keeps_less_than_stocks(app, size, most):
     """No model the rewrite makes bigger: NASNetMobile's traced training step keeps
-    less than stock's (0.96x), InceptionV3's at most 0.6x (0.56x; 0.70x before its
-    blocks' concatenations of ReLUs were taken in by their readers, `relu_concat`)."""
+    0.42x stock's with its SeparableConv2D twins (0.96x before them, 1.02x at 128x128
+    before the rewrite weighed by default), InceptionV3's at most 0.6x (0.56x; 0.70x
+    before its blocks' concatenations of ReLUs were taken in by their readers,
+    `relu_concat`)."""
     model = getattr(keras.applications, app)(weights=None, input_shape=(size, size, 3),
                                             classes=5)
     images = tf.constant(np.random.RandomState(0).rand(2, size, size, 3).astype("float32"))
