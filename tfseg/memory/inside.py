@@ -20,6 +20,7 @@ layers fuses (`ActivationDense`) only in a block whose `call` tfseg knows
 
 import collections
 import logging
+import weakref
 
 import keras
 
@@ -30,6 +31,9 @@ from tfseg.memory.twins import stateless_twin
 
 log = logging.getLogger("tfseg.memory")
 
+
+# layer -> {(twins, input shapes, sublayer settings): why a copy would not rebuild}
+_REBUILDS = weakref.WeakKeyDictionary()
 
 # A sublayer of a rebuilt copy that becomes a twin: its index among the copy's
 # sublayers, its name, its stock class, the class it takes, and (attribute, value) pairs
@@ -168,11 +172,18 @@ def _rebuilt(layer, twins, args, kwargs):
 def why_not_rebuilt(layer, twins, node):
     """Why a copy of `layer` with `twins` in it would not rebuild where `node` (a node of
     `tfseg.memory.graph.Graph`) calls it, built on new inputs of the same shapes; None
-    where it would. What `changes` says without building the model."""
-    tensors = {id(t): keras.Input(batch_shape=t.shape, dtype=t.dtype)
-               for t in node.input_tensors}
-    args, kwargs = node.arguments.fill_in(tensors)
-    return _rebuilt(layer, twins, args, kwargs)[2]
+    where it would. What `changes` says without building the model. Remembered for the
+    layer as long as its sublayers' settings and the inputs' shapes stay (a rewrite
+    finds the changes of a model and of each model nested in it more than once)."""
+    key = (tuple(twins), tuple((tuple(t.shape), t.dtype) for t in node.input_tensors),
+           tuple(map(_settings, layer._flatten_layers(include_self=False))))
+    known = _REBUILDS.setdefault(layer, {})
+    if key not in known:
+        tensors = {id(t): keras.Input(batch_shape=t.shape, dtype=t.dtype)
+                   for t in node.input_tensors}
+        args, kwargs = node.arguments.fill_in(tensors)
+        known[key] = _rebuilt(layer, twins, args, kwargs)[2]
+    return known[key]
 
 
 def rebuilt_with_twins(layer, twins, args, kwargs):
