@@ -13,7 +13,8 @@ __all__ = ["Changes", "Graph", "changes"]
 
 def changes(model, options=None, recompute=None):
     """Finds what `rewrite(model, options, recompute=recompute)` would change, without
-    building anything: a `Changes`. See `rewrite`; `options` is a `RewriteOptions`
+    building the model: a `Changes` (a subclassed layer's copy is built alone, on new
+    inputs, to know that it rebuilds). See `rewrite`; `options` is a `RewriteOptions`
     (None: every trick on). Each rule whose option is on runs once, in its order.
 
     Example:
