@@ -169,11 +169,10 @@ def deeplab_v3_plus(
             body = tuple(n for n in recompute if n not in RECOMPUTE_HEAD)
             segments = xception.recompute_segments(features, body, middle_repeats) + segments
         # Without memory_saving, recompute alone: every trick off, not only some.
-        options = memory.RewriteOptions.all() if memory_saving else memory.RewriteOptions.none()
-        # Not weighed at each build: the traced step's kept bytes do not see what the twins
-        # save inside the recomputed blocks, and DeepLab's savings are measured
-        # (docs/benchmarks.md, "Training step memory").
-        options = options.replace(weigh=False)
+        # Unweighed: a traced step does not see what twins save inside recomputed blocks, and
+        # DeepLab's savings are measured (docs/benchmarks.md, "Training step memory").
+        options = (memory.RewriteOptions.all() if memory_saving
+                   else memory.RewriteOptions.none()).replace(weigh=False)
         if memory_saving and head_policy.norm == "batch":  # group norm mixes channels
             options = options.replace(chunked=head_chunked(model))
         model = memory.rewrite(model, options, recompute=segments,
