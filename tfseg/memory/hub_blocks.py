@@ -25,7 +25,7 @@ try:
 except ImportError as error:  # another keras-hub: its blocks stay stock
     logging.getLogger("tfseg.memory").info("keras-hub's blocks are not registered: %s",
                                            error)
-    TransformerEncoder = MLP = HierarchicalTransformerEncoder = LeanViTMLP = None
+    TransformerEncoder = MLP = HierarchicalTransformerEncoder = None
     MixFFN = SegFormerMultiheadAttention = None
 
 
