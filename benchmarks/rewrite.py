@@ -10,7 +10,8 @@ one step, peak - base; the median of the repeats. "rewrite" is
 `tfseg.memory.rewrite(model)` with its defaults (output-only norms, activations
 fused into the next conv, separable blocks, residual folds; weighed at the model's
 input shapes where it would keep more than stock); "unweighed" builds every trick found
-(`RewriteOptions(weigh=False)`); "weighed" is
+(`RewriteOptions(weigh=False)`); "untraced" keeps subclassed blocks whole
+(`RewriteOptions(trace_blocks=False)`); "weighed" is
 `tfseg.memory.rewrite(model, tfseg.memory.paying(model, images))`, the tricks that pay
 on that model at that size and batch by its traced step's kept bytes (stock where a
 trick does not). Dropout rates are zeroed so the variants run the same maths, but
@@ -39,7 +40,8 @@ import statistics
 import subprocess
 import sys
 
-import refusal  # beside this file
+import families  # beside this file
+import refusal
 
 # Issues 15 and 35's targets: rewritten peak over base as a ratio to stock's.
 TARGETS = {"MobileNetV2": 0.5, "MobileNetV3Large": 0.5, "MobileNetV3Small": 0.5,
@@ -47,7 +49,7 @@ TARGETS = {"MobileNetV2": 0.5, "MobileNetV3Large": 0.5, "MobileNetV3Small": 0.5,
            "hub:SegFormerB0": 0.6, "hub:ViTBase": 0.6, "hub:DeepLabV3ResNet50": 0.55}
 MODELS = ("MobileNetV2", "MobileNetV3Large", "EfficientNetB0", "EfficientNetV2B0", "ResNet50",
           "ResNet50V2", "DenseNet121", "Xception")
-VARIANTS = ("stock", "rewrite", "weighed", "unweighed")
+VARIANTS = ("stock", "rewrite", "weighed", "unweighed", "untraced")
 MIB = 2**20
 
 
@@ -97,10 +99,10 @@ def vit_tiny_dropout(keras_hub, size):
     return vit(keras_hub, size, layers=12, heads=3, width=192, mlp=768, dropout=0.1)
 
 
-# keras-hub task models: builder, size, batch (issue 35's table).
+# keras-hub task models: builder, size, batch (issue 35's table; issue 55's families).
 HUB = {"hub:SegFormerB0": (segformer, 512, 2), "hub:ViTBase": (vit, 224, 8),
        "hub:DeepLabV3ResNet50": (deeplab_v3, 512, 2),
-       "hub:ViTTi16Dropout": (vit_tiny_dropout, 128, 2)}
+       "hub:ViTTi16Dropout": (vit_tiny_dropout, 128, 2), **families.FAMILIES}
 # Models measured with their dropout on.
 KEEP_DROPOUT = {"hub:ViTTi16Dropout"}
 
@@ -140,6 +142,8 @@ def child(name, variant, size, batch):
         options = memory.paying(model, images)
     elif variant == "unweighed":
         options = memory.RewriteOptions(weigh=False)
+    elif variant == "untraced":
+        options = memory.RewriteOptions(trace_blocks=False)
     if variant != "stock":
         model = memory.rewrite(model, options)
     optimizer = keras.optimizers.SGD(0.01, momentum=0.9)

@@ -204,12 +204,25 @@ def test_activation_twins_match_stock_in_float64(act, compiled, float64):
             (keras.layers.Conv2D, ActivationConv2D, (5, 1), {}),
             (keras.layers.Conv2D, ActivationConv2D, (5, 3), dict(strides=2, use_bias=True)),
             (keras.layers.Conv2D, ActivationConv2D, (5, 3),
-             dict(strides=2, padding="valid", input_padding=((1, 1), (1, 1))))]:
+             dict(strides=2, padding="valid", input_padding=((1, 1), (1, 1)))),
+            # one group per channel: a depthwise conv, run by the depthwise kernels
+            (keras.layers.Conv2D, ActivationConv2D, (4, 3),
+             dict(groups=4, strides=2, padding="valid", input_padding=((1, 1), (1, 1)))),
+            (keras.layers.Conv2D, ActivationConv2D, (4, 3),
+             dict(groups=4, padding="same", use_bias=True))]:
         pad = kwargs.get("input_padding")
         stock_kwargs = {k: v for k, v in kwargs.items() if k != "input_padding"}
         stock = _then(stock_class, stock_act, pad)(*args, **stock_kwargs)
         twin = twin_class(*args, input_activation=value, **kwargs)
         compare(stock, twin, (2, 11, 9, 4), compiled, dtype="float64", rtol=1e-10, atol=1e-10)
+
+
+def test_a_grouped_twin_takes_only_one_group_per_channel():
+    with pytest.raises(ValueError, match="groups=filters"):
+        ActivationConv2D(4, 3, groups=2)
+    twin = ActivationConv2D(4, 3, groups=4)
+    with pytest.raises(ValueError, match="one map of 4 channels and no scale"):
+        twin(tf.ones((1, 5, 5, 4)), scale=tf.ones((1, 1, 1, 4)))
 
 
 def test_activation_is_run_again_only_after_the_output_gradient_arrives():

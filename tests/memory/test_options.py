@@ -23,7 +23,7 @@ def test_options_are_frozen_and_all_none_replace_name_the_same_fields():
     assert default.chunked == default.unpaid == () and default.weigh is True
     assert RewriteOptions.none().weigh is True  # nothing to weigh there, but not switched
     names = names[:-3]
-    assert len(names) == 8 and RewriteOptions.names() == tuple(names)
+    assert len(names) == 9 and RewriteOptions.names() == tuple(names)
     with pytest.raises(ValueError, match="unknown rewrite option"):
         default.on("unpaid")
     assert RewriteOptions.all() == default and all(getattr(default, n) for n in names)

@@ -190,3 +190,18 @@ def test_a_segment_that_starts_at_a_relu_only_it_reads_starts_before_it(float64)
     both = memory.rewrite(keras.Model(x, [out, r]), recompute=[segment])
     # (`r` is kept, not rebuilt: its `.output` is its first call's, in `model`.)
     assert both.get_layer("block").input._keras_history.operation is both.get_layer("r")
+
+
+def test_an_activation_fuses_into_a_grouped_conv_only_with_one_group_per_channel(float64):
+    """A depthwise conv written as a grouped Conv2D (keras-hub's MobileNetV3) takes its
+    activation in; a conv of two channels a group does not."""
+    x = keras.Input((11, 9, 4))
+    h = keras.layers.ZeroPadding2D(1)(keras.layers.Activation("hard_swish", name="act1")(x))
+    h = keras.layers.Conv2D(4, 3, groups=4, name="depthwise")(h)
+    h = keras.layers.Conv2D(4, 3, groups=2, name="grouped")(keras.layers.ReLU(name="relu")(h))
+    model = keras.Model(x, h)
+    assert memory.changes(model).fused == [("act1", "depthwise")]
+    new = memory.rewrite(model)
+    assert "act1" not in {layer.name for layer in new.layers}
+    assert type(new.get_layer("grouped")) is keras.layers.Conv2D
+    assert_same_training_step(model, new, tf.constant(np.random.RandomState(0).randn(2, 11, 9, 4)))

@@ -44,7 +44,8 @@ def conv_net():
 # Each built-in rule, in its order, and the options that turn it on (any of them; none:
 # always): the conditions RewriteOptions' docstring states for each trick.
 BUILT_IN = {
-    "recompute_segments": (), "unpaid": (), "tuned_layers": (),
+    "recompute_segments": (), "unpaid": (), "traced_blocks": ("trace_blocks",),
+    "tuned_layers": (),
     "resized_concat_separable": ("lean_upsampling",), "separable": ("fuse_separable",),
     "shared_relus": ("fuse_relu_depthwise", "fuse_relu_conv"), "norms": ("inplace_norm",),
     "relu_concat": ("fuse_relu_conv",), "activation_max_pooling": ("fuse_relu_conv",),

@@ -37,10 +37,13 @@ def _explicit(layer, pad):
     return padding, [], pad
 
 
-def _depthwise(layer, inputs, activation, pad):
-    kernel = ops.cast(layer.kernel, layer.compute_dtype)
+def _depthwise(layer, inputs, activation, pad, kernel=None):
+    """`layer`'s depthwise conv of `inputs`, keeping only them; `kernel` [kh, kw, C, 1]
+    where the layer's own is not in that layout (a grouped Conv2D's)."""
+    kernel = ops.cast(layer.kernel if kernel is None else kernel, layer.compute_dtype)
     grouped = conv_kernels.grouped(kernel)  # dilated by the conv: no copy to avoid
-    if not grouped and dilated.usable(layer, inputs.shape):
+    if (not grouped and isinstance(layer, keras.layers.DepthwiseConv2D)
+            and dilated.usable(layer, inputs.shape)):
         return _finish(layer, shifted_depthwise(layer, inputs, kernel, activation, pad))
     padding, explicit, pad = _explicit(layer, pad)
     rates = tuple(layer.dilation_rate)
@@ -181,8 +184,10 @@ class LeanDepthwiseConv2D(keras.layers.DepthwiseConv2D):
 @keras.saving.register_keras_serializable(package="tfseg")
 class ActivationConv2D(TakesInput, keras.layers.Conv2D):
     """Drop-in twin of an elementwise activation [-> `ZeroPadding2D`] ->
-    `keras.layers.Conv2D` (groups=1) that keeps the activation's input instead of
-    its output, and runs the activation again once the output gradient arrives.
+    `keras.layers.Conv2D` that keeps the activation's input instead of its output, and
+    runs the activation again once the output gradient arrives. Groups: 1, or one per
+    input channel with one filter each (a depthwise conv, run by the depthwise conv's
+    kernels: TensorFlow's CPU kernels have no grouped-conv gradient).
     Same arguments and variables as the conv, plus `input_activation` and
     `input_padding` (see `TakesInput`). Shapes: [N, H, W, C] -> [N, H', W', filters].
 
@@ -195,10 +200,17 @@ class ActivationConv2D(TakesInput, keras.layers.Conv2D):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if self.groups != 1:
-            raise ValueError(f"{self.name}: {type(self).__name__} needs groups=1")
+        if self.groups not in (1, self.filters):
+            raise ValueError(f"{self.name}: {type(self).__name__} takes groups=1, or "
+                             f"groups=filters (a depthwise conv)")
 
     def call(self, inputs, scale=None):
+        if self.groups != 1:
+            if scale is not None or inputs.shape[-1] != self.groups or self.input_parts:
+                raise ValueError(f"{self.name}: a grouped {type(self).__name__} takes one "
+                                 f"map of {self.groups} channels and no scale")
+            kernel = ops.reshape(self.kernel, [*self.kernel_size, self.groups, 1])
+            return _depthwise(self, inputs, self._input_fn, self._pad(), kernel=kernel)
         strides = [1, *self.strides, 1]
         dilations = [1, *self.dilation_rate, 1]
         padding, explicit, pad = _explicit(self, self._pad())

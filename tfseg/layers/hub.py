@@ -67,7 +67,7 @@ class LeanSegFormerAttention(SegFormerMultiheadAttention):
         v = ops.reshape(self.v(x), (batch, -1, heads, width // heads))
         context = self._get_call_context()  # Keras' record of the `training` in force
         dropout = None
-        if context is not None and context.training and self.dropout.rate > 0:
+        if getattr(context, "training", None) and self.dropout.rate > 0:
             dropout = (self.dropout.rate, keras_seed(self.dropout.seed_generator))
         # The scale in q's dtype, as stock's `* self.scale` takes it (float64 exact).
         scale = ops.convert_to_tensor(self.scale, dtype=q.dtype)
@@ -88,7 +88,7 @@ class LeanViTMLP(MLP):
     def call(self, inputs):  # MLP.call, its first dropout handed to dense_2
         context = self._get_call_context()  # Keras' record of the `training` in force
         dropout = None
-        if context is not None and context.training and self.dropout.rate > 0:
+        if getattr(context, "training", None) and self.dropout.rate > 0:
             dropout = (self.dropout.rate, keras_seed(self.dropout.seed_generator))
         h = self.dense_1(inputs)
         if dropout is None:

@@ -103,3 +103,8 @@ def fusions(layer):
     of a registered class; ([], None) for any other layer."""
     function = _REGISTRY.get(type(layer))
     return ([], None) if function is None else function(layer)
+
+
+def registered(layer):
+    """Whether `layer`'s class has an entry here (its pairs, twin or rebuild)."""
+    return any(type(layer) in table for table in (_REGISTRY, _TWINS, _REBUILDS))

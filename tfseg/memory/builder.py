@@ -10,7 +10,7 @@ import keras
 from tfseg.layers import Recompute, SerialBranches
 from tfseg.memory.graph import as_functional, nested_model
 from tfseg.memory.inside import same_names, same_scope, seed_states
-from tfseg.memory.patterns import Graph, changes, cut
+from tfseg.memory.patterns import Graph, changes, cut, flat
 
 log = logging.getLogger("tfseg.memory")
 
@@ -27,8 +27,9 @@ def build(model, options, recompute=None, recompute_layer=Recompute):
     >>> len(summary.inplace)
     52
     """
-    original, model = model, as_functional(model) or model  # a subclassed one: Graph refuses it
+    original = model
     summary = changes(model, options, recompute)
+    model = flat(model, options)[0]  # what the rules read
     missing = {name for name, _ in options.chunked} - _chunked(summary)
     if missing and options.fuse_separable:  # without it, nothing is chunked
         raise ValueError(f"{model.name}: RewriteOptions.chunked names {sorted(missing)}, which "

@@ -15,7 +15,8 @@ from tfseg.layers import (
     ReluDepthwiseConv2D,
 )
 from tfseg.layers import elementwise
-from tfseg.memory.matchers import activation_chain, plain_conv, scaled_input, shared_relus
+from tfseg.memory.matchers import (activation_chain, depthwise_conv2d, plain_conv, scaled_input,
+                                   shared_relus)
 from tfseg.memory.plans import DROPS, PASSES, Parts, Scaled
 from tfseg.memory.rules import record, rule
 from tfseg.memory.segments import producer
@@ -188,9 +189,11 @@ def activation_depthwise(finding):
 
 @rule("activation_conv", order=92, option="fuse_relu_conv")
 def activation_conv(finding):
-    """Activation [-> ZeroPadding2D] -> Conv2D as `ReluConv2D` or `ActivationConv2D`."""
+    """Activation [-> ZeroPadding2D] -> Conv2D (also one grouped per channel: a depthwise
+    conv) as `ReluConv2D` or `ActivationConv2D`."""
     for node in finding.open_nodes():
-        if plain_conv(finding.graph, node) is keras.layers.Conv2D:
+        if (plain_conv(finding.graph, node) is keras.layers.Conv2D
+                or depthwise_conv2d(finding.graph, node)):
             take_activation(finding, node, ReluConv2D, ActivationConv2D)
 
 

@@ -43,6 +43,15 @@ def _vit_mlp(layer):
     }, None
 
 
+@register_rebuild(MLP)
+def _vit_mlp_copy(layer):
+    """ViT's MLP has no config (`get_config` is not implemented): a copy from its
+    constructor's arguments, which it keeps as attributes."""
+    return type(layer)(layer.hidden_dim, layer.mlp_dim, use_bias=layer.use_bias,
+                       dropout_rate=layer.dropout_rate, name=layer.name,
+                       dtype=layer.dtype_policy)
+
+
 @register_block(TransformerEncoder)
 def _transformer_encoder(layer):
     """keras-hub's `TransformerEncoder` (`layers/modeling/transformer_encoder.py`): the

@@ -35,8 +35,8 @@ log = logging.getLogger("tfseg.memory")
 # layer -> {(twins, input shapes, sublayer settings): why a copy would not rebuild}
 _REBUILDS = weakref.WeakKeyDictionary()
 
-# A sublayer of a rebuilt copy that becomes a twin: its index among the copy's
-# sublayers, its name, its stock class, the class it takes, and (attribute, value) pairs
+# A sublayer of a rebuilt copy (or the copy itself) that becomes a twin: its index in
+# `_members(copy)`, its name, its stock class, the class it takes, and (attribute, value) pairs
 # it then gets.
 Inner = collections.namedtuple("Inner", "index name stock twin settings")
 
@@ -83,15 +83,16 @@ def inner_twins(layer, options):
     """([`Inner`], [(sublayer name, why it stays stock)]) for `layer`'s stock norms (with
     `options.inplace_norm`), attention layers (with `options.lean_attention`) and, in
     blocks `tfseg.memory.blocks` knows, Dense pairs (with `options.fuse_relu_conv`) and
-    registered twins (with the option each is registered under): what a rebuilt copy of
-    `layer` would get. `options` is a `RewriteOptions`. Empty for a model (the rewrite
+    registered twins (with the option each is registered under), `layer` itself among
+    them: what a rebuilt copy of `layer` would get. `options` is a `RewriteOptions`. Empty for a model (the rewrite
     takes those apart)."""
     if isinstance(layer, keras.Model) or not isinstance(layer, keras.layers.Layer):
         return [], []
-    subs = layer._flatten_layers(include_self=False)
-    index_of = {id(sub): index for index, sub in enumerate(subs)}
-    found, kept = [], []
-    for index, sub in enumerate(subs):
+    members = _members(layer)
+    index_of = {id(sub): index for index, sub in enumerate(members)}
+    found, kept = _registered(layer, 0, index_of, options)  # a registered block itself
+    subs = members[1:]
+    for index, sub in enumerate(subs, start=1):
         cls, _ = stateless_twin(sub)
         if cls is not None and (options.lean_attention if cls is LeanMultiHeadAttention
                                 else options.inplace_norm):
@@ -113,6 +114,11 @@ def same_scope(twin, layer):
     """
     twin._parent_path = getattr(layer, "_parent_path", None)
     return twin
+
+
+def _members(layer):
+    """`layer` and its sublayers, in the order `Inner.index` counts them."""
+    return layer._flatten_layers(include_self=True)
 
 
 def _settings(layer):
@@ -164,7 +170,9 @@ def _rebuilt(layer, twins, args, kwargs):
         # A config that leaves out a setting of a sublayer (an epsilon, a frozen
         # norm) rebuilds another computation with the same variables.
         return None, None, "rebuilt from its config, its sublayers differ"
-    if any(subs[t.index].name != t.name or type(subs[t.index]) is not t.stock for t in twins):
+    members = _members(copy)
+    if any(members[t.index].name != t.name or type(members[t.index]) is not t.stock
+           for t in twins):
         return None, None, "its rebuilt sublayers are not the ones found"
     return copy, outputs, None
 
@@ -199,9 +207,9 @@ def rebuilt_with_twins(layer, twins, args, kwargs):
         target.assign(source)
     for source, target in zip(seed_states(layer), seed_states(copy)):
         target.assign(source)  # its dropout draws what the original's would
-    subs = copy._flatten_layers(include_self=False)
+    members = _members(copy)
     for twin in twins:
-        subs[twin.index].__class__ = twin.twin
+        members[twin.index].__class__ = twin.twin
         for attribute, value in twin.settings:
-            setattr(subs[twin.index], attribute, value)
+            setattr(members[twin.index], attribute, value)
     return copy, outputs

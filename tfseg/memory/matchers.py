@@ -13,6 +13,22 @@ from tfseg.memory.twins import NORM_TWINS, fusable_conv, tuned
 _ACTIVATIONS = (keras.layers.ReLU, keras.layers.Activation)
 
 
+def _recorded(op):
+    """The operation class `op` (a `keras.ops` function) records in a functional graph:
+    `x + y` in a traced block's call (`tfseg.memory.traced`) is that op, not a layer."""
+    x = keras.KerasTensor((1, 1))
+    return type(op(x, x)._keras_history.operation)
+
+
+# A two-input sum or product, as a layer or as the op a traced call records.
+ADDS = (keras.layers.Add, _recorded(keras.ops.add))
+MULTIPLIES = (keras.layers.Multiply, _recorded(keras.ops.multiply))
+
+
+def _compute_dtype(node):
+    return getattr(node.operation, "compute_dtype", None) or node.outputs[0].dtype
+
+
 def activation_chain(graph, node):
     """The elementwise activation [and ZeroPadding2D] nodes, in either order, that
     feed only `node` (a conv), or (None, None)."""
@@ -75,14 +91,14 @@ def norm_folds(graph, taken, node, tensor, other):
     return (not norm.is_input and id(norm) not in taken
             and not graph.shared(norm.operation) and graph.only_consumer(norm) is node
             and other is not tensor and tuple(other.shape) == tuple(tensor.shape)
-            and node.operation.compute_dtype == norm.operation.compute_dtype)
+            and _compute_dtype(node) == norm.operation.compute_dtype)
 
 
 def _foldable(graph, taken):
     """Whether an Add node's input other than `tensor` is a stock norm's output that
     `_residual_folds` will fold the Add into (with output-only norms on)."""
     def foldable(node, tensor):
-        if type(node.operation) is not keras.layers.Add or len(node.input_tensors) != 2:
+        if type(node.operation) not in ADDS or len(node.input_tensors) != 2:
             return False
         (other,) = [t for t in node.input_tensors if t is not tensor] or [None]
         return (other is not None and type(producer(other).operation) in NORM_TWINS
@@ -130,7 +146,7 @@ def residual_folds(graph, taken, norms):
     a residual connection then keeps two tensors, not three."""
     folds = {}
     for node in graph.nodes:
-        if (type(node.operation) is not keras.layers.Add or len(node.input_tensors) != 2
+        if (type(node.operation) not in ADDS or len(node.input_tensors) != 2
                 or id(node) in taken):
             continue
         for i, tensor in enumerate(node.input_tensors):
@@ -147,7 +163,7 @@ def scaled_input(graph, conv):
     two-input `Multiply` of a [N, H, W, C] tensor by a [N, 1, 1, C] one
     (squeeze-and-excitation's channel weights) that feeds nothing else, else None."""
     node = graph.sole_feeder(conv)
-    if (node is None or type(node.operation) is not keras.layers.Multiply
+    if (node is None or type(node.operation) not in MULTIPLIES
             or len(node.input_tensors) != 2 or graph.shared(node.operation)):
         return None
     for full, scale in (node.input_tensors, node.input_tensors[::-1]):
@@ -170,3 +186,13 @@ def plain_conv(graph, node):
         return None
     return kind
 
+
+
+def depthwise_conv2d(graph, node):
+    """Whether `node`'s layer is exactly a `keras.layers.Conv2D` with one group per input
+    channel and one filter per group (a depthwise conv written as a grouped conv, as
+    keras-hub's MobileNetV3 writes it), called once, channels last, not `tuned`."""
+    layer = node.operation
+    return (type(layer) is keras.layers.Conv2D and not graph.shared(layer) and not tuned(layer)
+            and layer.data_format == "channels_last" and layer.groups > 1
+            and layer.groups == layer.filters == node.input_tensors[0].shape[-1])

@@ -16,7 +16,17 @@ record("attention", lambda names: f"made {len(names)} attention layers lean")
 record("inside", lambda twins: (
     f"made {sum(t.twin is not t.stock for ts in twins.values() for t in ts)} more inside "
     f"{len(twins)} subclassed layers"), kind=dict)
+record("traced", lambda names: f"took apart {len(names)} subclassed layers traced from "
+                               f"their calls")
 record("kept_stock", lambda kept: "; ".join(f"kept {name} stock: {why}" for name, why in kept))
+
+
+@rule("traced_blocks", order=2, option="trace_blocks")
+def traced_blocks(finding):
+    """Names the subclassed blocks taken apart from traces of their calls, which
+    `tfseg.memory.patterns.changes` does before the rules run (`traced.inline`)."""
+    for name in finding.taken_apart:
+        finding.add("traced", name)
 
 
 @rule("norms", order=30, option="inplace_norm")
@@ -69,6 +79,8 @@ def inside_blocks(finding):
         if layer.name not in inside:
             twins, why = inner_twins(layer, finding.options)
             not_rebuilt = why_not_rebuilt(layer, twins, node) if twins else None
+            if not_rebuilt and layer.name in finding.untraced:
+                not_rebuilt = f"{finding.untraced[layer.name]}; {not_rebuilt}"
             why += [(layer.name, not_rebuilt)] if not_rebuilt else []
             kept += [k for k in why if k not in kept]
             if twins and not not_rebuilt:

@@ -67,6 +67,12 @@ class RewriteOptions:
         concatenated for a nested model that starts with a 1x1 conv (SegFormer's
         decoder): the conv becomes `ResizedConcatConv2D` over the maps before their
         resize, and the nested model starts from the conv's output.
+      trace_blocks: take apart a subclassed block that no entry of
+        `tfseg.memory.blocks` knows (keras-hub's MobileNetV3 and HGNetV2 blocks, DeiT's
+        and DINOv2's encoder layers) as a functional model traced from its `call`
+        (`tfseg.memory.traced`), where the trace is its whole computation: the other
+        tricks then apply inside it as in a nested model. Its sublayers are the same
+        objects, so its variables keep their paths.
 
     Example:
 
@@ -87,6 +93,7 @@ class RewriteOptions:
     fold_residual: bool = True
     lean_attention: bool = True
     lean_upsampling: bool = True
+    trace_blocks: bool = True
     # Not switches. `chunked`: ((depthwise conv name, k), ...): the fused separable convs
     # (`fuse_separable`) of these depthwise convs run their backward passes a k-th of
     # their channels at a time (`Recompute(chunks=k)`): where a backward pass runs while

@@ -7,6 +7,7 @@ from tfseg.memory import block_rules, conv_rules, nested_rules, norm_rules  # no
 from tfseg.memory.graph import Graph, as_functional, nested_model
 from tfseg.memory.options import of
 from tfseg.memory.rules import RULES, Changes, Finding
+from tfseg.memory.traced import inline
 
 __all__ = ["Changes", "Graph", "changes"]
 
@@ -26,7 +27,8 @@ def changes(model, options=None, recompute=None):
     made 52 norms output-only
     """
     options = of(options)
-    finding = Finding(as_functional(model) or model, options, recompute)
+    model, taken, untraced = flat(model, options)
+    finding = Finding(model, options, recompute, traced=(taken, untraced))
     for rule in RULES:
         if not rule.options or any(options.on(name) for name in rule.options):
             rule.find(finding)
@@ -37,6 +39,17 @@ def changes(model, options=None, recompute=None):
         if nested is not None and node.operation.name not in found.nested:
             found.nested[node.operation.name] = changes(cut(nested, found.cuts), options)
     return found
+
+
+def flat(model, options):
+    """(`model` as the rules read it: functional, and with `options.trace_blocks` its
+    blocks taken apart (`tfseg.memory.traced.inline`); the names of those blocks;
+    {the name of a block kept whole: why}). The same model `build` rewrites."""
+    model = as_functional(model) or model
+    if not options.trace_blocks:
+        return model, [], {}
+    Graph(model)  # a model without a graph: the error that says what to do
+    return inline(model)
 
 
 def cut(nested, cuts):

@@ -18,6 +18,7 @@ from tfseg.memory.graph import Graph, as_functional, nested_model
 from tfseg.memory.kept import step_kept_bytes
 from tfseg.memory.options import of
 from tfseg.memory.patterns import changes, cut
+from tfseg.memory.traced import inline
 
 __all__ = ["Weighed", "example_inputs", "may_keep_more", "paying", "weigh"]
 
@@ -111,7 +112,7 @@ def may_keep_more(model, summary):
     >>> may_keep_more(model, changes(model))  # each norm's input: one conv's output
     False
     """
-    model = as_functional(model) or model
+    model = inline(as_functional(model))[0] if summary.traced else as_functional(model) or model
     graph = Graph(model)
     norms = set(summary.inplace) | set(summary.layer_norms)
     for node in graph.nodes:

@@ -109,8 +109,12 @@ class Changes:
 class Finding:
     """What the rules read and write while `changes` runs over `model`'s graph."""
 
-    def __init__(self, model, options, recompute):
+    def __init__(self, model, options, recompute, traced=((), None)):
         self.graph = Graph(model)
+        # The blocks `model` was made of, taken apart from traces of their calls before
+        # the rules run (`tfseg.memory.traced.inline`), and block name -> why its call
+        # was not traced.
+        self.taken_apart, self.untraced = list(traced[0]), dict(traced[1] or {})
         self.options = options
         self.recompute = tuple(recompute or ())
         self.changes = Changes()
