@@ -28,7 +28,8 @@ where a model's masks are drawn alike in both (`KEEP_DROPOUT`).
 keras-hub models (`hub:` names, at their own size and batch unless --size/--batch are
 given) need keras-hub installed (docs/testing.md#keras-hub).
 
-Prints a table (peak over base, ratio to stock, the issue's target) and one JSON
+Prints a table (peak over base, ratio to stock, step seconds, the gradients' error against
+the same model's float64 maths, `grad_error.py`, and the issue's target) and one JSON
 line. On the CPU, run with TF_ENABLE_ONEDNN_OPTS=1 (set here for the children):
 only oneDNN's allocator keeps statistics.
 """
@@ -41,6 +42,7 @@ import subprocess
 import sys
 
 import families  # beside this file
+import grad_error
 import refusal
 
 # Issues 15 and 35's targets: rewritten peak over base as a ratio to stock's.
@@ -170,8 +172,16 @@ def child(name, variant, size, batch):
     # What the rewrite changes, in the model and in each model nested in it (keras-hub's
     # task models hold their backbone, whose encoder is a model too).
     changes = str(memory.changes(stock, options)) if variant != "stock" else None
+    # After the measurement: the float64 model it is compared with is built then.
+    error = None if name in KEEP_DROPOUT else grad_error.gradient_error(
+        model, lambda: build(name, size)[0], images, labels, loss_fn)
     print(json.dumps({"model": name, "variant": variant, "peak_over_base_bytes": int(peak),
-                      "step_seconds": seconds, "changes": changes}))
+                      "step_seconds": seconds, "grad_error": error, "changes": changes}))
+
+
+def _median_or_none(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
 
 
 def measure(name, variant, size, batch):
@@ -196,7 +206,8 @@ def main(argv=None):
         return child(name, variant, int(size), int(batch))
     variants = ["stock"] + [v for v in args.variants if v != "stock"]
     rows = []
-    print(f"{'model':<18} " + " ".join(f"{v + ' MiB':>12} {'ratio':>6}" for v in variants)
+    print(f"{'model':<18} " + " ".join(f"{v + ' MiB':>12} {'ratio':>6} {'s':>5} {'g err':>7}"
+                                        for v in variants)
           + f" {'target':>7}  status", flush=True)
     for name in args.models:
         _, size, batch = HUB.get(name, (None, 224, 8))
@@ -209,16 +220,19 @@ def main(argv=None):
                  for v in variants}
         times = {v: statistics.median(r["step_seconds"] for r in runs[v]) for v in variants}
         ratios = {v: peaks[v] / peaks["stock"] for v in variants}
+        errors = {v: _median_or_none(r["grad_error"] for r in runs[v]) for v in variants}
         target = TARGETS.get(name)
         judged = ratios.get("rewrite", ratios[variants[-1]])
         status = "" if target is None else ("met" if judged <= target else "missed")
         rows.append({"model": name, "size": size, "batch": batch,
                      "mib": {v: peaks[v] / MIB for v in variants}, "ratio": ratios,
                      "time_ratio": {v: times[v] / times["stock"] for v in variants},
+                     "step_seconds": times, "grad_error": errors,
                      "target": target, "status": status,
                      "changes": {v: runs[v][0]["changes"] for v in variants}})
-        print(f"{name:<18} " + " ".join(f"{peaks[v] / MIB:>12.0f} {ratios[v]:>6.2f}"
-                                        for v in variants)
+        print(f"{name:<18} " + " ".join(
+            f"{peaks[v] / MIB:>12.0f} {ratios[v]:>6.2f} {times[v]:>5.2f} "
+            f"{'n/a' if errors[v] is None else format(errors[v], '.1e'):>7}" for v in variants)
               + f" {target or '':>7}  {status}", flush=True)
     print(json.dumps({"benchmark": "rewrite", "repeats": args.repeats, "rows": rows}))
 

@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 
 from tfseg import memory
-from tfseg.layers import (ActivationDense, InplaceLayerNormalization, LeanMultiHeadAttention,
+from tfseg.layers import (ActivationConv2D, ActivationDense, InplaceLayerNormalization, LeanMultiHeadAttention,
                           ResizedConcatConv2D, UpsampledConv2D)
 from tests.extras import INSTALL, needs
 from tests.memory.test_rewrite import assert_same_training_step, train_step
@@ -74,7 +74,15 @@ def nasnet_mobile():
     return keras.applications.NASNetMobile(weights=None, input_shape=(32, 32, 3), classes=3), 32
 
 
-MODELS = [deeplab_v3, segformer, vit, csp_darknet,
+def deit():
+    return benchmark.families.deit_tiny(keras_hub, 32, tiny=True), 32
+
+
+def mobilenet_v3():
+    return benchmark.families.mobilenet_v3_small(keras_hub, 64, tiny=True), 64
+
+
+MODELS = [deeplab_v3, segformer, vit, csp_darknet, deit, mobilenet_v3,
           # 50-70 s; its twins: test_applications' ConvNeXtTiny cases
           pytest.param(convnext_tiny, marks=[pytest.mark.slow, pytest.mark.full]),
           # 60-80 s; its name scopes: test_rewrite's test_nested_sequentials_and_name_scopes
@@ -143,6 +151,23 @@ def test_vits_subclassed_blocks_get_the_transformer_twins():
     assert {InplaceLayerNormalization, LeanMultiHeadAttention} <= {type(l) for l in layers}
     fused = [layer for layer in layers if isinstance(layer, ActivationDense)]
     assert [(layer.name, layer.input_activation) for layer in fused] == [("dense_2", "gelu")] * 2
+
+
+def test_deits_encoder_and_mobilenet_v3s_blocks_get_their_twins():
+    """DeiT's encoder does not rebuild from its config and MobileNetV3's blocks fuse
+    nothing whole: a registered copy and the blocks' traces (tfseg.memory.traced)."""
+    model, _ = deit()
+    layers = memory.rewrite(model)._flatten_layers()
+    kinds = collections.Counter(type(layer) for layer in layers)
+    blocks = sum(type(l).__name__ == "DeiTEncoderBlock" for l in model._flatten_layers())
+    assert kinds[LeanMultiHeadAttention] == kinds[ActivationDense] == blocks >= 1
+    assert kinds[InplaceLayerNormalization] == 2 * blocks + 1
+    model, _ = mobilenet_v3()
+    found = memory.changes(model).nested["mobile_net_backbone"]
+    assert len(found.traced) >= 3 and found.fused and found.scaled and found.residual
+    grouped = [l for l in memory.rewrite(model)._flatten_layers()
+               if isinstance(l, ActivationConv2D) and l.groups > 1]
+    assert grouped and all(l.groups == l.filters for l in grouped)
 
 
 def test_a_vit_mlp_with_dropout_between_its_dense_layers_fuses_and_draws_stocks_masks(float64):

@@ -48,7 +48,8 @@ _REBUILDS = {}
 def register_block(cls):
     """Registers the decorated function as what fuses inside blocks of class `cls`: it
     takes a built block and returns ([(attribute of the first Dense, of the second)], a
-    reason where none fuse or None). List a pair only where the block's `call` passes the
+    reason where none fuse or None); an attribute is a name, or a tuple of names for a
+    Dense inside a sublayer (("mlp", "dense")). List a pair only where the block's `call` passes the
     first's output to the second alone, through nothing that is not the identity."""
     def decorator(function):
         if cls is not None:  # None: a class the installed library does not have

@@ -17,6 +17,7 @@ from tfseg.memory.blocks import register_block, register_rebuild, register_twin
 
 try:
     from keras_hub.src.layers.modeling.transformer_encoder import TransformerEncoder
+    from keras_hub.src.models.deit.deit_layers import DeiTEncoder, DeiTEncoderBlock
     from keras_hub.src.models.mit.mit_layers import (HierarchicalTransformerEncoder, MixFFN,
                                                      SegFormerMultiheadAttention)
     from keras_hub.src.models.vit.vit_layers import MLP
@@ -26,6 +27,7 @@ except ImportError as error:  # another keras-hub: its blocks stay stock
     logging.getLogger("tfseg.memory").info("keras-hub's blocks are not registered: %s",
                                            error)
     TransformerEncoder = MLP = HierarchicalTransformerEncoder = None
+    DeiTEncoder = DeiTEncoderBlock = None
     MixFFN = SegFormerMultiheadAttention = None
 
 
@@ -50,6 +52,24 @@ def _vit_mlp_copy(layer):
     return type(layer)(layer.hidden_dim, layer.mlp_dim, use_bias=layer.use_bias,
                        dropout_rate=layer.dropout_rate, name=layer.name,
                        dtype=layer.dtype_policy)
+
+
+@register_rebuild(DeiTEncoder)
+def _deit_encoder(layer):
+    """DeiT's encoder (`models/deit/deit_layers.py`): its config writes `key_dim`, an
+    attribute it never sets, so it is copied from its constructor's arguments."""
+    return type(layer)(layer.num_layers, layer.num_heads, layer.hidden_dim,
+                       layer.intermediate_dim, use_mha_bias=layer.use_mha_bias,
+                       dropout_rate=layer.dropout_rate,
+                       attention_dropout=layer.attention_dropout,
+                       layer_norm_epsilon=layer.layer_norm_epsilon, name=layer.name,
+                       dtype=layer.dtype_policy)
+
+
+@register_block(DeiTEncoderBlock)
+def _deit_block(layer):
+    """DeiT's block: the MLP's Dense (GELU) feeds the output layer's Dense alone."""
+    return [(("mlp", "dense"), ("output_layer", "dense"))], None
 
 
 @register_block(TransformerEncoder)

@@ -41,6 +41,18 @@ _REBUILDS = weakref.WeakKeyDictionary()
 Inner = collections.namedtuple("Inner", "index name stock twin settings")
 
 
+def _reach(block, attributes):
+    """`block`'s sublayer at `attributes`: an attribute name, or a tuple of them, one per
+    layer down (None where there is none)."""
+    for name in (attributes,) if isinstance(attributes, str) else attributes:
+        block = getattr(block, name, None)
+    return block
+
+
+def _shown(attributes):
+    return attributes if isinstance(attributes, str) else ".".join(attributes)
+
+
 def _pairs(block, index_of, fuse):
     """Inner entries for the Dense pairs that fuse inside `block` (`tfseg.memory.blocks`),
     and [(block name, why)] where a registered block keeps a pair stock."""
@@ -49,12 +61,13 @@ def _pairs(block, index_of, fuse):
     pairs, why = blocks.fusions(block)
     found, kept = [], [] if why is None else [(block.name, why)]
     for first, second in pairs:
-        a, b = getattr(block, first, None), getattr(block, second, None)
+        a, b = _reach(block, first), _reach(block, second)
         plain = all(type(d) is keras.layers.Dense and not d.lora_enabled
                     and not d.quantization_mode for d in (a, b))
-        if not plain or a.activation not in ELEMENTWISE_FUNCTIONS or id(b) not in index_of:
-            kept.append((block.name, f"{first} -> {second} is not a stock Dense pair with "
-                                     f"an elementwise activation between"))
+        if (not plain or a.activation not in ELEMENTWISE_FUNCTIONS or id(a) not in index_of
+                or id(b) not in index_of):
+            kept.append((block.name, f"{_shown(first)} -> {_shown(second)} is not a stock "
+                                     f"Dense pair with an elementwise activation between"))
             continue
         found += [Inner(index_of[id(a)], a.name, keras.layers.Dense, keras.layers.Dense,
                         (("activation", keras.activations.linear),)),
