@@ -35,6 +35,9 @@ def gradient_error(model, build, images, labels, loss_fn):
     import tensorflow as tf
 
     policy, floatx = keras.mixed_precision.global_policy(), keras.config.floatx()
+    # Keras numbers unnamed layers from a global count (Xception's residual norms): from
+    # zero again, the reference's paths are the first build's.
+    keras.backend.clear_session()
     keras.config.set_floatx("float64")
     keras.mixed_precision.set_global_policy("float64")  # set once read: floatx alone is not
     try:

@@ -142,3 +142,44 @@ def test_dropout_at_rate_one_runs_the_stock_code():
               tf.constant(rng.randn(2, 7, 12).astype("float32"))]
     np.testing.assert_array_equal(lean(inputs, training=True).numpy(),
                                   stock(inputs, training=True).numpy())
+
+
+def _biased_reference(q, k, v, scale, bias):
+    """Attention with the bias terms added to a materialized [B, N, T, S] logits map."""
+    logits = tf.einsum("BTNH,BSNH->BNTS", q, k) * scale
+    for term in bias:
+        if isinstance(term, tuple):
+            rows, columns = term
+            grid = rows[..., :, None] + columns[..., None, :]
+            logits += tf.reshape(grid, tf.shape(logits))
+        else:
+            logits += term
+    return tf.einsum("BNTS,BSNH->BTNH", tf.nn.softmax(logits, -1), v)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf_function"])
+def test_bias_terms_and_their_gradients_equal_the_summed_logits_in_float64(compiled):
+    """A broadcast bias (Swin's [1, N, T, S] relative position bias) and a rows/columns
+    pair over a 3 x 4 key grid (SAM's decomposed relative positions): outputs and every
+    gradient, bias terms included, as autodiff of the summed logits gives them."""
+    rng = np.random.RandomState(0)
+    t = lambda *shape: tf.constant(rng.randn(*shape))
+    q, k, v = t(2, 5, 3, 4), t(2, 12, 3, 4), t(2, 12, 3, 6)
+    bias = (t(1, 3, 5, 12), (t(2, 3, 5, 3), t(2, 3, 5, 4)))
+    upstream = t(2, 5, 3, 6)
+    inputs = [q, k, v, bias[0], *bias[1]]
+
+    def grads(fn):
+        def run():
+            with tf.GradientTape() as tape:
+                tape.watch(inputs)
+                out = fn(q, k, v, scale=0.5, bias=(inputs[3], (inputs[4], inputs[5])))
+                loss = tf.reduce_sum(out * upstream)
+            return out, tape.gradient(loss, inputs)
+        return (tf.function(run) if compiled else run)()
+
+    (out, got), (expected_out, expected) = grads(lean_attention), grads(_biased_reference)
+    np.testing.assert_allclose(out, expected_out, rtol=1e-12, atol=1e-12)
+    for name, a, b in zip("q k v bias rows columns".split(), got, expected):
+        assert a.shape == b.shape, name
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12, err_msg=name)

@@ -82,7 +82,17 @@ def mobilenet_v3():
     return benchmark.families.mobilenet_v3_small(keras_hub, 64, tiny=True), 64
 
 
-MODELS = [deeplab_v3, segformer, vit, csp_darknet, deit, mobilenet_v3,
+def sam():
+    return benchmark.families.sam_vitdet(keras_hub, 64, tiny=True), 64
+
+
+def swin():
+    return benchmark.families.swin_tiny(keras_hub, 64, tiny=True), 64
+
+
+MODELS = [deeplab_v3, segformer, vit, csp_darknet, deit, mobilenet_v3, sam,
+          # 40-50 s; its attention: the next test's slow case
+          pytest.param(swin, marks=[pytest.mark.slow, pytest.mark.full]),
           # 50-70 s; its twins: test_applications' ConvNeXtTiny cases
           pytest.param(convnext_tiny, marks=[pytest.mark.slow, pytest.mark.full]),
           # 60-80 s; its name scopes: test_rewrite's test_nested_sequentials_and_name_scopes
@@ -168,6 +178,33 @@ def test_deits_encoder_and_mobilenet_v3s_blocks_get_their_twins():
     grouped = [l for l in memory.rewrite(model)._flatten_layers()
                if isinstance(l, ActivationConv2D) and l.groups > 1]
     assert grouped and all(l.groups == l.filters for l in grouped)
+
+
+@pytest.mark.parametrize("case", ["sam", pytest.param("swin", marks=pytest.mark.slow)])
+def test_sams_and_swins_attention_keep_no_probabilities_and_stay_exact(case, float64):
+    """SAM's relative-position attention and Swin's window attention (its shift mask
+    and relative bias) through `lean_attention`, in copies of blocks that neither
+    rebuild from their configs nor trace (their windows divide the batch in Python):
+    the copies share the blocks' variables (tfseg.memory.copies)."""
+    from keras_hub.src.models.vit_det.vit_layers import MLP as ViTDetMLP
+
+    from tfseg.layers.hub import LeanRelativeAttention, LeanViTDetMLP, LeanWindowAttention
+
+    build, twin = {"sam": (sam, LeanRelativeAttention), "swin": (swin, LeanWindowAttention)}[case]
+    model, size = build()
+    for layer in model._flatten_layers():
+        if isinstance(layer, keras.layers.Dropout):  # drop path stays: shared alike
+            layer.rate = 0.0
+    for w in model.trainable_weights:  # relative positions start at zero in SAM
+        w.assign(np.random.RandomState(len(w.path)).uniform(-0.5, 0.5, w.shape))
+    new = memory.rewrite(model, memory.RewriteOptions(weigh=False))
+    kinds = collections.Counter(type(l) for l in new._flatten_layers())
+    stock = sum(type(l) in twin.__mro__[1:2] for l in model._flatten_layers())
+    assert kinds[twin] == stock >= 2
+    assert kinds[LeanViTDetMLP] == sum(type(l) is ViTDetMLP for l in model._flatten_layers())
+    assert sorted(w.path for w in new.weights) == sorted(w.path for w in model.weights)
+    images = tf.constant(np.random.RandomState(0).rand(2, size, size, 3))
+    assert_same_training_step(model, new, images)
 
 
 def test_a_vit_mlp_with_dropout_between_its_dense_layers_fuses_and_draws_stocks_masks(float64):

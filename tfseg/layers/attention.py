@@ -37,8 +37,42 @@ def keras_seed(generator):
     return tf.cast(tf.math.floormod(seed, tf.int32.max - 1), tf.int32)
 
 
-def lean_attention(query, key, value, *, scale, mask=None, dropout=None, name=None):
-    """softmax(scale * Q K^T, masked) V, keeping Q, K, V and the mask only.
+def _reduced(grad, like):
+    """`grad` of a tensor broadcast to its shape, summed back to `like`'s shape."""
+    axes, _ = tf.raw_ops.BroadcastGradientArgs(s0=tf.shape(like), s1=tf.shape(grad))
+    return tf.reshape(tf.reduce_sum(grad, axes), tf.shape(like))
+
+
+def _biased(logits, biases):
+    """`logits` [B, N, T, S] plus each of `biases` (`lean_attention`'s)."""
+    for term in biases:
+        if isinstance(term, tuple):  # rows [.., T, Sh] and columns [.., T, Sw]: S = Sh * Sw
+            rows, columns = term
+            grid = tf.concat([tf.shape(logits)[:-1], [rows.shape[-1], columns.shape[-1]]], 0)
+            logits = tf.reshape(tf.reshape(logits, grid) + rows[..., :, None]
+                                + columns[..., None, :], tf.shape(logits))
+        else:
+            logits = logits + term
+    return logits
+
+
+def _bias_grads(dlogits, biases):
+    """The gradients of `biases` (flat, in order) from the logits' gradient."""
+    grads = []
+    for term in biases:
+        if isinstance(term, tuple):
+            rows, columns = term
+            grid = tf.concat([tf.shape(dlogits)[:-1], [rows.shape[-1], columns.shape[-1]]], 0)
+            g = tf.reshape(dlogits, grid)
+            grads += [_reduced(tf.reduce_sum(g, -1), rows), _reduced(tf.reduce_sum(g, -2), columns)]
+        else:
+            grads.append(_reduced(dlogits, term))
+    return grads
+
+
+def lean_attention(query, key, value, *, scale, mask=None, bias=(), dropout=None, name=None):
+    """softmax(scale * Q K^T + bias, masked) V, keeping Q, K, V, the mask and the bias
+    terms only.
 
     Args:
       query: [B, T, N, H]; key: [B, S, N, H]; value: [B, S, N, Hv].
@@ -46,6 +80,11 @@ def lean_attention(query, key, value, *, scale, mask=None, dropout=None, name=No
         float32, as Keras' attention takes it) or a tensor (e.g. float64 to keep it
         exact).
       mask: None or a boolean tensor broadcastable to [B, N, T, S] (True: attend).
+      bias: terms added to the scaled logits, each differentiable: a tensor
+        broadcastable to [B, N, T, S] (Swin's relative position bias [1, N, T, T]), or
+        a pair (rows [B, N, T, Sh], columns [B, N, T, Sw]) of a key grid S = Sh x Sw,
+        adding rows[..., i] + columns[..., j] at key (i, j) (SAM's decomposed relative
+        positions): the [T, S] sum is never made, so never kept.
       dropout: None or (rate, seed): dropout on the probabilities (in value's dtype),
         0 < rate < 1, drawn as Keras' `Dropout` draws it from the int32 seed
         (`keras_seed`); the backward pass draws the same mask again, once, after dy.
@@ -56,12 +95,23 @@ def lean_attention(query, key, value, *, scale, mask=None, dropout=None, name=No
     for half types, float64 kept).
     """
     stat = tf.float64 if query.dtype == tf.float64 else tf.float32
-    dtypes = (query.dtype, key.dtype, value.dtype)
+    terms = tuple(bias)
+    flat = [t for term in terms for t in (term if isinstance(term, tuple) else (term,))]
+    dtypes = [t.dtype for t in (query, key, value, *flat)]
     # A Python float becomes a float32 constant first, as in Keras' attention.
     scale = tf.cast(scale, stat)
 
-    def probabilities(q, k):
-        logits = tf.cast(tf.einsum("BTNH,BSNH->BNTS", q, k), stat) * scale
+    def regroup(tensors):
+        """`flat` tensors (or their stand-ins) in `terms`' structure, in `stat`."""
+        tensors, grouped = [tf.cast(t, stat) for t in tensors], []
+        for term in terms:
+            n = 2 if isinstance(term, tuple) else 1
+            grouped.append(tuple(tensors[:n]) if n == 2 else tensors[0])
+            tensors = tensors[n:]
+        return grouped
+
+    def probabilities(q, k, biases):
+        logits = _biased(tf.cast(tf.einsum("BTNH,BSNH->BNTS", q, k), stat) * scale, biases)
         if mask is not None:
             logits = tf.where(mask, logits, _large_negative(stat))
         return tf.nn.softmax(logits, axis=-1)
@@ -73,18 +123,20 @@ def lean_attention(query, key, value, *, scale, mask=None, dropout=None, name=No
         return tf.nn.experimental.stateless_dropout(t, rate=dropout[0], seed=seed)
 
     @tf.custom_gradient
-    def forward(q, k, v):
+    def forward(q, k, v, *biases):
         # stop_gradient: eager ops in here would otherwise stay on an outer tape, which
         # would keep their inputs.
-        q, k, v = (tf.stop_gradient(t) for t in (q, k, v))
-        out = tf.einsum("BNTS,BSNH->BTNH", dropped(tf.cast(probabilities(q, k), v.dtype)), v)
+        q, k, v, *biases = (tf.stop_gradient(t) for t in (q, k, v, *biases))
+        p = probabilities(q, k, regroup(biases))
+        out = tf.einsum("BNTS,BSNH->BTNH", dropped(tf.cast(p, v.dtype)), v)
 
         def backward(dy):
             with tf.name_scope(name or "attention"):
                 # Everything made from the kept tensors waits for dy: a half-precision
                 # cast of Q, K or V would otherwise be made, and kept, in the forward pass.
-                q_g, k_g, v_g = (gated(t, dy) for t in (q, k, v))
-                p = probabilities(q_g, k_g)
+                q_g, k_g, v_g, *b_g = (gated(t, dy) for t in (q, k, v, *biases))
+                b_g = regroup(b_g)
+                p = probabilities(q_g, k_g, b_g)
                 dy_s, q_s, k_s, v_s = (tf.cast(t, stat) for t in (dy, q_g, k_g, v_g))
                 applied, kept = p, None
                 if dropout is not None:
@@ -103,14 +155,15 @@ def lean_attention(query, key, value, *, scale, mask=None, dropout=None, name=No
                     # A row that sees no key is uniform over masked logits: their constant
                     # fill takes no gradient (stock's tf.where sends none back).
                     dlogits = tf.where(mask, dlogits, tf.zeros_like(dlogits))
+                db = _bias_grads(dlogits, b_g)
                 dlogits *= scale
                 dq = tf.einsum("BNTS,BSNH->BTNH", dlogits, k_s)
                 dk = tf.einsum("BNTS,BTNH->BSNH", dlogits, q_s)
-                return [tf.cast(g, d) for g, d in zip((dq, dk, dv), dtypes)]
+                return [tf.cast(g, d) for g, d in zip((dq, dk, dv, *db), dtypes)]
 
         return out, backward
 
-    return forward(query, key, value)
+    return forward(query, key, value, *flat)
 
 
 @keras.saving.register_keras_serializable(package="tfseg")

@@ -13,6 +13,7 @@ import logging
 import keras
 
 from tfseg.layers import ActivationDense
+from tfseg.layers.elementwise import ELEMENTWISE_FUNCTIONS
 from tfseg.memory.blocks import register_block, register_rebuild, register_twin
 
 try:
@@ -20,14 +21,19 @@ try:
     from keras_hub.src.models.deit.deit_layers import DeiTEncoder, DeiTEncoderBlock
     from keras_hub.src.models.mit.mit_layers import (HierarchicalTransformerEncoder, MixFFN,
                                                      SegFormerMultiheadAttention)
+    from keras_hub.src.models.swin_transformer.swin_transformer_layers import WindowAttention
     from keras_hub.src.models.vit.vit_layers import MLP
+    from keras_hub.src.models.vit_det.vit_layers import MLP as ViTDetMLP
+    from keras_hub.src.models.vit_det.vit_layers import MultiHeadAttentionWithRelativePE
 
-    from tfseg.layers.hub import LeanMixFFN, LeanSegFormerAttention, LeanViTMLP
+    from tfseg.layers.hub import (LeanMixFFN, LeanRelativeAttention, LeanSegFormerAttention,
+                                  LeanViTDetMLP, LeanViTMLP, LeanWindowAttention)
 except ImportError as error:  # another keras-hub: its blocks stay stock
     logging.getLogger("tfseg.memory").info("keras-hub's blocks are not registered: %s",
                                            error)
     TransformerEncoder = MLP = HierarchicalTransformerEncoder = None
-    DeiTEncoder = DeiTEncoderBlock = None
+    DeiTEncoder = DeiTEncoderBlock = WindowAttention = MultiHeadAttentionWithRelativePE = None
+    ViTDetMLP = None
     MixFFN = SegFormerMultiheadAttention = None
 
 
@@ -102,3 +108,43 @@ def _mix_ffn(layer):
 def _segformer_attention(layer):
     """SegFormer's attention: the probabilities are recomputed, their dropout replayed."""
     return LeanSegFormerAttention, {}, None
+
+
+@register_twin(MultiHeadAttentionWithRelativePE, "lean_attention")
+def _relative_attention(layer):
+    """SAM's (ViTDet's) attention: the probabilities recomputed, the relative positions
+    added as rows and columns."""
+    return LeanRelativeAttention, {}, None
+
+
+@register_twin(WindowAttention, "lean_attention")
+def _window_attention(layer):
+    """Swin's window attention: the probabilities recomputed, their dropout replayed."""
+    return LeanWindowAttention, {}, None
+
+
+@register_rebuild(WindowAttention)
+def _window_attention_copy(layer):
+    """Swin's window attention: its config writes settings its constructor does not
+    take (`win_h`, `attn_dim`), so it is copied from its arguments."""
+    return type(layer)(layer.dim, layer.num_heads, head_dim=layer.head_dim,
+                       window_size=layer.window_size, qkv_bias=layer.qkv_bias,
+                       qk_scale=layer.scale, attention_dropout=layer.attn_drop_rate,
+                       proj_drop=layer.proj_drop_rate, name=layer.name,
+                       dtype=layer.dtype_policy)
+
+
+@register_twin(ViTDetMLP, "fuse_relu_conv")
+def _vitdet_mlp(layer):
+    """SAM's (ViTDet's) MLP: a Sequential of Dense -> Activation -> Dense; the activation
+    goes into the second Dense."""
+    parts = layer.dense_net.layers
+    kinds = [type(part) for part in parts]
+    if (kinds != [keras.layers.Dense, keras.layers.Activation, keras.layers.Dense]
+            or parts[0].activation is not keras.activations.linear
+            or parts[1].activation not in ELEMENTWISE_FUNCTIONS):
+        return None, {}, "its MLP is not Dense -> an elementwise Activation -> Dense"
+    activation = keras.activations.serialize(parts[1].activation)
+    return LeanViTDetMLP, {
+        ("dense_net", "layers", 2): (ActivationDense, (("input_activation", activation),))
+    }, None

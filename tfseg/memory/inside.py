@@ -27,6 +27,7 @@ import keras
 from tfseg.layers import ActivationDense, LeanMultiHeadAttention
 from tfseg.layers.elementwise import ELEMENTWISE_FUNCTIONS
 from tfseg.memory import blocks
+from tfseg.memory.copies import shared_copy
 from tfseg.memory.twins import stateless_twin
 
 log = logging.getLogger("tfseg.memory")
@@ -43,14 +44,18 @@ Inner = collections.namedtuple("Inner", "index name stock twin settings")
 
 def _reach(block, attributes):
     """`block`'s sublayer at `attributes`: an attribute name, or a tuple of them, one per
-    layer down (None where there is none)."""
+    layer down, where an int is an index into the list before it (None where there is
+    none)."""
     for name in (attributes,) if isinstance(attributes, str) else attributes:
-        block = getattr(block, name, None)
+        if isinstance(name, int):
+            block = block[name] if isinstance(block, (list, tuple)) and name < len(block) else None
+        else:
+            block = getattr(block, name, None)
     return block
 
 
 def _shown(attributes):
-    return attributes if isinstance(attributes, str) else ".".join(attributes)
+    return attributes if isinstance(attributes, str) else ".".join(map(str, attributes))
 
 
 def _pairs(block, index_of, fuse):
@@ -84,9 +89,9 @@ def _registered(sub, index, index_of, options):
         return [], [] if why is None else [(sub.name, why)]
     found = [Inner(index, sub.name, type(sub), cls, ())]
     for attribute, (inner_cls, values) in settings.items():
-        inner = getattr(sub, attribute, None)
+        inner = _reach(sub, attribute)
         if id(inner) not in index_of:
-            return [], [(sub.name, f"it has no sublayer {attribute!r} to become "
+            return [], [(sub.name, f"it has no sublayer {_shown(attribute)!r} to become "
                                    f"{inner_cls.__name__}")]
         found.append(Inner(index_of[id(inner)], inner.name, type(inner), inner_cls, values))
     return found, []
@@ -166,9 +171,28 @@ def seed_states(layer):
 
 
 def _rebuilt(layer, twins, args, kwargs):
-    """(a copy of `layer` rebuilt from its config and called on `args`, its outputs,
-    None), or (None, None, why not) where the copy's variables or sublayers differ from
-    `layer`'s or are not the stock classes `twins` (`Inner` entries) expect."""
+    """(a copy of `layer` called on `args`, its outputs, None), or (None, None, why not).
+    The copy is rebuilt from its config; where that copy's variables or sublayers differ
+    from `layer`'s, it is a copy sharing `layer`'s variables instead
+    (`tfseg.memory.copies`), its sublayers in `twins` (`Inner` entries) copied too."""
+    copy, outputs, why = _from_config(layer, twins, args, kwargs)
+    if why is None:
+        return copy, outputs, None
+    members = _members(layer)
+    copy = shared_copy(layer, {id(members[t.index]) for t in twins})
+    copied = _members(copy)
+    if any(copied[t.index] is members[t.index] or type(copied[t.index]) is not t.stock
+           for t in twins):
+        return None, None, f"{why}; its copy's sublayers are not the ones found"
+    try:
+        return copy, copy(*args, **kwargs), None
+    except Exception as error:  # a copy that does not run where its original did
+        first = (str(error).splitlines() or [""])[0][:160]
+        return None, None, f"{why}; its copy does not run ({type(error).__name__}: {first})"
+
+
+def _from_config(layer, twins, args, kwargs):
+    """`_rebuilt` from `layer`'s config (or its registered rebuild), or why not."""
     try:
         copy = blocks.rebuild(layer) or type(layer).from_config(layer.get_config())
     except Exception as error:  # a config that does not rebuild: keep the layer
