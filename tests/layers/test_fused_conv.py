@@ -204,16 +204,27 @@ def test_activation_twins_match_stock_in_float64(act, compiled, float64):
             (keras.layers.Conv2D, ActivationConv2D, (5, 1), {}),
             (keras.layers.Conv2D, ActivationConv2D, (5, 3), dict(strides=2, use_bias=True)),
             (keras.layers.Conv2D, ActivationConv2D, (5, 3),
-             dict(strides=2, padding="valid", input_padding=((1, 1), (1, 1)))),
-            # one group per channel: a depthwise conv, run by the depthwise kernels
-            (keras.layers.Conv2D, ActivationConv2D, (4, 3),
-             dict(groups=4, strides=2, padding="valid", input_padding=((1, 1), (1, 1)))),
-            (keras.layers.Conv2D, ActivationConv2D, (4, 3),
-             dict(groups=4, padding="same", use_bias=True))]:
+             dict(strides=2, padding="valid", input_padding=((1, 1), (1, 1))))]:
         pad = kwargs.get("input_padding")
         stock_kwargs = {k: v for k, v in kwargs.items() if k != "input_padding"}
         stock = _then(stock_class, stock_act, pad)(*args, **stock_kwargs)
         twin = twin_class(*args, input_activation=value, **kwargs)
+        compare(stock, twin, (2, 11, 9, 4), compiled, dtype="float64", rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf_function"])
+@pytest.mark.parametrize("act", ["hard_swish", "relu6"])
+def test_a_conv_grouped_per_channel_matches_stock_in_float64(act, compiled, float64):
+    """One group per channel (a depthwise conv written as a grouped Conv2D, keras-hub's
+    MobileNetV3): run by the depthwise kernels, exact against the grouped stock conv."""
+    value = elementwise.serialize(ACTIVATIONS[act]())
+    for kwargs in (dict(strides=2, padding="valid", input_padding=((1, 1), (1, 1))),
+                   dict(padding="same", use_bias=True)):
+        pad = kwargs.get("input_padding")
+        stock_kwargs = {k: v for k, v in kwargs.items() if k != "input_padding"}
+        stock = _then(keras.layers.Conv2D, elementwise.deserialize(value), pad)(
+            4, 3, groups=4, **stock_kwargs)
+        twin = ActivationConv2D(4, 3, groups=4, input_activation=value, **kwargs)
         compare(stock, twin, (2, 11, 9, 4), compiled, dtype="float64", rtol=1e-10, atol=1e-10)
 
 

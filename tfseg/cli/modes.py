@@ -139,7 +139,7 @@ def _report_config(config, step, out_dir):
         variants=run.report_variants,
         repeats=run.report_repeats,
         memory_budget_gb=run.memory_budget_gb or None,
-        frontier=True,
+        frontier=run.report_frontier,
         device_overhead_gb=run.device_overhead_gb,
         # Another backbone has only the head's segments (None: Xception-65's default).
         recompute_blocks=config.model.recompute or (

@@ -134,6 +134,10 @@ class Run:
         5.0, "report with --memory_budget_gb: start no size-verification run that would "
         "end later than this many minutes after the report began; the sizes left are "
         "reported as estimates, marked unverified (0: no bound).")
+    report_frontier: bool = setting(
+        True, "report with --memory_budget_gb: also estimate every training plan (stock, "
+        "--memory_saving, recompute segments) at the report's size, the frontier chart; "
+        "false skips it, which is most of a small report's time.")
     report_dir: str = setting("", "report: output folder (default: MODEL_DIR/report).", path=True)
     report_variants: Tuple[str, ...] = setting(
         ("stock", "memory_saving", "recompute"), "report: what to measure side by side: "
