@@ -18,7 +18,8 @@ COMMANDS = ("dilated", "export", "gpu", "gpu_loop", "gpu_readiness", "input_pipe
 def test_every_benchmark_command_is_checked():
     found = {name[:-3] for name in os.listdir(os.path.join(ROOT, "benchmarks"))
              if name.endswith(".py")}
-    assert found - set(COMMANDS) == {"gpu_child", "gpu_table", "loop_sampler", "refusal"}
+    assert found - set(COMMANDS) == {"families", "gpu_child", "gpu_table", "grad_error",
+                                     "loop_sampler", "refusal"}
 
 
 @pytest.mark.parametrize("name", COMMANDS)

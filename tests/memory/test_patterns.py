@@ -205,3 +205,4 @@ def test_an_activation_fuses_into_a_grouped_conv_only_with_one_group_per_channel
     assert "act1" not in {layer.name for layer in new.layers}
     assert type(new.get_layer("grouped")) is keras.layers.Conv2D
     assert_same_training_step(model, new, tf.constant(np.random.RandomState(0).randn(2, 11, 9, 4)))
+
