@@ -73,7 +73,7 @@ def _signature(model):
     """What a trace runs, in order: each node's operation (a layer by identity, an op
     by its class)."""
     return [id(node.operation) if isinstance(node.operation, keras.layers.Layer)
-            else type(node.operation).__name__
+            else type(node.operation)
             for depth in sorted(model._nodes_by_depth, reverse=True)
             for node in model._nodes_by_depth[depth] if not node.is_input]
 
