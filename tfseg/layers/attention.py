@@ -70,6 +70,34 @@ def _bias_grads(dlogits, biases):
     return grads
 
 
+def _grouped(tensors, terms):
+    """`tensors` (the bias terms flat) in `terms`' structure: a pair stays a pair."""
+    grouped = []
+    for term in terms:
+        n = 2 if isinstance(term, tuple) else 1
+        grouped.append(tuple(tensors[:n]) if n == 2 else tensors[0])
+        tensors = tensors[n:]
+    return grouped
+
+
+def _dropped(t, dropout, seed=None):
+    """`t` through `dropout` ((rate, seed) or None), from `seed` where given."""
+    if dropout is None:
+        return t
+    seed = dropout[1] if seed is None else seed
+    return tf.nn.experimental.stateless_dropout(t, rate=dropout[0], seed=seed)
+
+
+def _logits_grad(p, dp, mask):
+    """The softmax's input gradient from its output `p` and output gradient `dp`."""
+    dlogits = p * (dp - tf.reduce_sum(dp * p, -1, keepdims=True))
+    if mask is not None:
+        # A row that sees no key is uniform over masked logits: their constant fill
+        # takes no gradient (stock's tf.where sends none back).
+        dlogits = tf.where(mask, dlogits, tf.zeros_like(dlogits))
+    return dlogits
+
+
 def lean_attention(query, key, value, *, scale, mask=None, bias=(), dropout=None, name=None):
     """softmax(scale * Q K^T + bias, masked) V, keeping Q, K, V, the mask and the bias
     terms only.
@@ -102,13 +130,7 @@ def lean_attention(query, key, value, *, scale, mask=None, bias=(), dropout=None
     scale = tf.cast(scale, stat)
 
     def regroup(tensors):
-        """`flat` tensors (or their stand-ins) in `terms`' structure, in `stat`."""
-        tensors, grouped = [tf.cast(t, stat) for t in tensors], []
-        for term in terms:
-            n = 2 if isinstance(term, tuple) else 1
-            grouped.append(tuple(tensors[:n]) if n == 2 else tensors[0])
-            tensors = tensors[n:]
-        return grouped
+        return _grouped([tf.cast(t, stat) for t in tensors], terms)
 
     def probabilities(q, k, biases):
         logits = _biased(tf.cast(tf.einsum("BTNH,BSNH->BNTS", q, k), stat) * scale, biases)
@@ -117,10 +139,7 @@ def lean_attention(query, key, value, *, scale, mask=None, bias=(), dropout=None
         return tf.nn.softmax(logits, axis=-1)
 
     def dropped(t, seed=None):
-        if dropout is None:
-            return t
-        seed = dropout[1] if seed is None else seed
-        return tf.nn.experimental.stateless_dropout(t, rate=dropout[0], seed=seed)
+        return _dropped(t, dropout, seed)
 
     @tf.custom_gradient
     def forward(q, k, v, *biases):
@@ -150,11 +169,7 @@ def lean_attention(query, key, value, *, scale, mask=None, bias=(), dropout=None
                 dp = tf.einsum("BTNH,BSNH->BNTS", dy_s, v_s)
                 if kept is not None:  # d dropout(p) / dp
                     dp *= tf.cast(kept, stat)
-                dlogits = p * (dp - tf.reduce_sum(dp * p, -1, keepdims=True))
-                if mask is not None:
-                    # A row that sees no key is uniform over masked logits: their constant
-                    # fill takes no gradient (stock's tf.where sends none back).
-                    dlogits = tf.where(mask, dlogits, tf.zeros_like(dlogits))
+                dlogits = _logits_grad(p, dp, mask)
                 db = _bias_grads(dlogits, b_g)
                 dlogits *= scale
                 dq = tf.einsum("BNTS,BSNH->BTNH", dlogits, k_s)
