@@ -91,14 +91,24 @@ def _replayed(model):
     a functional model passes each layer the training in force itself, and Keras'
     shape inference hands a recorded argument to `compute_output_spec`, which some
     layers do not take (keras-hub's HGNetV2 calls `Identity(x, training=training)`)."""
-    inputs = [keras.Input(batch_shape=t.shape, dtype=t.dtype) for t in model.inputs]
-    tensors = dict(zip(map(id, model.inputs), inputs))
-    for node in Graph(model).nodes:
+    def call(node, tensors):
         args, kwargs = node.arguments.fill_in(tensors)
         if "training" in kwargs and kwargs["training"] is None:
             del kwargs["training"]
-        outputs = keras.tree.flatten(node.operation(*args, **kwargs))
-        tensors.update(zip(map(id, node.outputs), outputs))
+        return keras.tree.flatten(node.operation(*args, **kwargs))
+
+    return _remade(model, call, named=False)
+
+
+def _remade(model, call, named=True):
+    """`model` made again on new inputs (with its inputs' names where `named`), each of
+    its nodes by `call(node, tensors)` -> the node's outputs, flat; `tensors` maps the
+    id of each earlier symbolic tensor to its new one."""
+    inputs = [keras.Input(batch_shape=t.shape, dtype=t.dtype, name=t.name if named else None)
+              for t in model.inputs]
+    tensors = dict(zip(map(id, model.inputs), inputs))
+    for node in Graph(model).nodes:
+        tensors.update(zip(map(id, node.outputs), call(node, tensors)))
     outputs = keras.tree.map_structure(lambda t: tensors[id(t)], model.output)
     return keras.Model(inputs if len(inputs) > 1 else inputs[0], outputs, name=model.name)
 
@@ -197,22 +207,20 @@ def inline(model):
 
 def _flat(model, bodies):
     """`model` with each node's body (from `_body`) in its place: inlined or nested."""
-    inputs = [keras.Input(batch_shape=t.shape, dtype=t.dtype, name=t.name) for t in model.inputs]
-    tensors = dict(zip(map(id, model.inputs), inputs))
-    graph = Graph(model)
-    for node, body, nest, _, _ in bodies:
+    graph, found = Graph(model), {id(node): (body, nest) for node, body, nest, _, _ in bodies}
+
+    def call(node, tensors):
+        body, nest = found[id(node)]
         if body is None:
             graph.run([node], tensors)
-            continue
+            return [tensors[id(t)] for t in node.outputs]
         parts = [tensors[id(t)] for t in node.input_tensors]
         if nest:
-            outputs = keras.tree.flatten(body(parts if len(parts) > 1 else parts[0]))
-        else:
-            inside, known = Graph(body), dict(zip(map(id, body.inputs), parts))
-            outputs = [inside.run(inside.nodes, known)[id(t)] for t in body.outputs]
-        tensors.update(zip(map(id, node.outputs), outputs))
-    outputs = keras.tree.map_structure(lambda t: tensors[id(t)], model.output)
-    return keras.Model(inputs if len(inputs) > 1 else inputs[0], outputs, name=model.name)
+            return keras.tree.flatten(body(parts if len(parts) > 1 else parts[0]))
+        inside, known = Graph(body), dict(zip(map(id, body.inputs), parts))
+        return [inside.run(inside.nodes, known)[id(t)] for t in body.outputs]
+
+    return _remade(model, call)
 
 
 def _body(graph, node, names):
