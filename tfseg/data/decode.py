@@ -170,6 +170,83 @@ def _label_decoding(source):
     return labels, tf.zeros([0, 0], tf.int32), as_int32, None
 
 
+class _PairLoader:
+    """Decodes the pairs of `source`, counting bad examples and unknown label pixels
+    into `stats` (None: no counting)."""
+
+    def __init__(self, source, stats):
+        self.source, self.stats = source, stats
+        self.decode_label, self.fallback, self.finish, self.index = _label_decoding(source)
+
+    def label_and_unknown(self, contents):
+        """(label, its unknown pixels: counted only with stats) of the label file's bytes."""
+        label, unknown = self.decode_label(contents)
+        if unknown is None:
+            unknown = self.index.count_unknown(label) if self.stats is not None else tf.constant(0)
+        return label, unknown
+
+    def record(self, ok, unknown):
+        """The ops that count one pair into the stats (none without stats)."""
+        return self.stats.record(ok, unknown) if self.stats is not None else []
+
+    def skipping(self, pairs_ds, num_parallel_calls, deterministic):
+        """(image, label, image_path) of every pair that decodes, a bad one logged and dropped."""
+        def load(image_path, label_path):
+            image, (label, unknown), ok, message = _guarded_decode(
+                image_path, label_path, self.source, self.label_and_unknown,
+                (self.fallback, tf.constant(0)))
+            def log():
+                with tf.control_dependencies([tf.print("tfseg: skipping bad example:", message,
+                                                       output_stream=sys.stderr)]):
+                    return tf.constant(False)
+            deps = self.record(ok, unknown) + [tf.cond(ok, lambda: tf.constant(True), log)]
+            with tf.control_dependencies(deps):
+                return tf.identity(image), tf.identity(label), tf.identity(ok), image_path
+
+        examples = pairs_ds.map(plain(load), num_parallel_calls=num_parallel_calls,
+                                deterministic=deterministic)
+        return examples.filter(plain(_is_ok)).map(plain(_drop_ok))
+
+    def strict(self, pairs_ds, num_parallel_calls):
+        """(image, label, image_path) of every pair in file order; a pair that fails to
+        decode, or whose image and label sizes differ, raises an error naming it."""
+        def number(state, pair):
+            position, previous = state
+            return (position + 1, pair), (position, pair, previous)
+
+        def load(position, pair, previous):
+            def real():
+                image, (label, unknown) = _decode(pair[0], pair[1], self.source,
+                                                  self.label_and_unknown)
+                with tf.control_dependencies(self.record(True, unknown)):
+                    return tf.identity(image), tf.identity(label)
+            end = tf.equal(pair[0], "") & tf.equal(pair[1], "")
+            image, label = tf.cond(end, lambda: (tf.zeros([0, 0, 3], tf.uint8), self.fallback),
+                                   real)
+            return position, image, label, pair, previous, end
+
+        def check(expected, element):
+            position, image, label, pair, previous, end = element
+            dropped = tf.not_equal(position, expected)
+            ok = ~dropped & tf.reduce_all(tf.equal(tf.shape(image)[:2], tf.shape(label)[:2]))
+            # One rarely taken branch: only a bad pair pays for building the message. The
+            # diagnosis reads the dropped pair's files again, so it runs only for a dropped
+            # pair: a pair of the wrong sizes at the start has no previous pair to read.
+            message = tf.cond(ok, lambda: tf.constant(""), lambda: tf.cond(
+                dropped, lambda: _diagnose(previous[0], previous[1], self.source),
+                lambda: _size_message(pair[0], pair[1], image, label)))
+            with tf.control_dependencies([tf.debugging.Assert(ok, ["tfseg:", message])]):
+                return position + 1, (tf.identity(image), label, pair[0], end)
+
+        empty = (tf.constant(""), tf.constant(""))
+        marked = pairs_ds.map(plain(_pair)).concatenate(tf.data.Dataset.from_tensors(empty))
+        examples = (marked.scan((tf.constant(0, tf.int64), empty), plain(number))
+                    .map(plain(load), num_parallel_calls=num_parallel_calls, deterministic=True)
+                    .ignore_errors()
+                    .scan(tf.constant(0, tf.int64), plain(check)))
+        return examples.filter(plain(_not_end)).map(plain(_drop_end))
+
+
 def decode_pairs(pairs_ds, source, skip_bad_examples=False, stats=None,
                  num_parallel_calls=tf.data.AUTOTUNE, deterministic=None):
     """(dataset of (image uint8 [H, W, 3], label, image_path), finish).
@@ -179,66 +256,10 @@ def decode_pairs(pairs_ds, source, skip_bad_examples=False, stats=None,
     (that is how a dropped pair is found); the element order of everything
     after it is the caller's.
     """
-    decode_label, fallback, finish, index = _label_decoding(source)
-
-    def label_and_unknown(contents):
-        label, unknown = decode_label(contents)
-        if unknown is None:
-            unknown = index.count_unknown(label) if stats is not None else tf.constant(0)
-        return label, unknown
-
-    def record(ok, unknown):
-        return stats.record(ok, unknown) if stats is not None else []
-
+    loader = _PairLoader(source, stats)
     if skip_bad_examples:
-        def load(image_path, label_path):
-            image, (label, unknown), ok, message = _guarded_decode(
-                image_path, label_path, source, label_and_unknown, (fallback, tf.constant(0)))
-            def log():
-                with tf.control_dependencies([tf.print("tfseg: skipping bad example:", message,
-                                                       output_stream=sys.stderr)]):
-                    return tf.constant(False)
-            deps = record(ok, unknown) + [tf.cond(ok, lambda: tf.constant(True), log)]
-            with tf.control_dependencies(deps):
-                return tf.identity(image), tf.identity(label), tf.identity(ok), image_path
-
-        examples = pairs_ds.map(plain(load), num_parallel_calls=num_parallel_calls,
-                                deterministic=deterministic)
-        return examples.filter(plain(_is_ok)).map(plain(_drop_ok)), finish
-
-    def number(state, pair):
-        position, previous = state
-        return (position + 1, pair), (position, pair, previous)
-
-    def load(position, pair, previous):
-        def real():
-            image, (label, unknown) = _decode(pair[0], pair[1], source, label_and_unknown)
-            with tf.control_dependencies(record(True, unknown)):
-                return tf.identity(image), tf.identity(label)
-        end = tf.equal(pair[0], "") & tf.equal(pair[1], "")
-        image, label = tf.cond(end, lambda: (tf.zeros([0, 0, 3], tf.uint8), fallback), real)
-        return position, image, label, pair, previous, end
-
-    def check(expected, element):
-        position, image, label, pair, previous, end = element
-        dropped = tf.not_equal(position, expected)
-        ok = ~dropped & tf.reduce_all(tf.equal(tf.shape(image)[:2], tf.shape(label)[:2]))
-        # One rarely taken branch: only a bad pair pays for building the message. The
-        # diagnosis reads the dropped pair's files again, so it runs only for a dropped
-        # pair: a pair of the wrong sizes at the start has no previous pair to read.
-        message = tf.cond(ok, lambda: tf.constant(""), lambda: tf.cond(
-            dropped, lambda: _diagnose(previous[0], previous[1], source),
-            lambda: _size_message(pair[0], pair[1], image, label)))
-        with tf.control_dependencies([tf.debugging.Assert(ok, ["tfseg:", message])]):
-            return position + 1, (tf.identity(image), label, pair[0], end)
-
-    empty = (tf.constant(""), tf.constant(""))
-    marked = pairs_ds.map(plain(_pair)).concatenate(tf.data.Dataset.from_tensors(empty))
-    examples = (marked.scan((tf.constant(0, tf.int64), empty), plain(number))
-                .map(plain(load), num_parallel_calls=num_parallel_calls, deterministic=True)
-                .ignore_errors()
-                .scan(tf.constant(0, tf.int64), plain(check)))
-    return examples.filter(plain(_not_end)).map(plain(_drop_end)), finish
+        return loader.skipping(pairs_ds, num_parallel_calls, deterministic), loader.finish
+    return loader.strict(pairs_ds, num_parallel_calls), loader.finish
 
 
 def _pair(image_path, label_path):

@@ -155,6 +155,31 @@ def _cache(examples, config, size):
     return (examples.cache(config.cache) if config.cache else examples), None
 
 
+def _train_batches(config, stats, start_batch, epochs):
+    """The augmented training batches from global batch ``start_batch`` on."""
+    seed = order.resolve_seed(config.seed)
+    examples, seeds, finish = _train_examples(config, stats, seed, start_batch, epochs)
+
+    def augment(example, element_seed):
+        return train_transform(example[0], example[1], element_seed, config.crop_size,
+                               config.scale_range, config.flip, config.jitter, finish)
+
+    # The seeds are paired with the examples before the parallel map: every element's
+    # augmentation is fixed by its position, under any parallelism.
+    return tf.data.Dataset.zip(examples, seeds).map(
+        plain(augment), num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic,
+    ).batch(config.batch_size, drop_remainder=True)
+
+
+def _eval_batches(config, stats):
+    """The full-size evaluation batches in file order, padded to a common size."""
+    examples, finish = _eval_examples(config, stats)
+    return examples.map(plain(lambda image, label: eval_transform(image, finish(label))),
+                        num_parallel_calls=tf.data.AUTOTUNE,
+                        deterministic=True).padded_batch(
+        config.batch_size, padding_values=(tf.constant(PAD_VALUE, tf.uint8), IGNORE_LABEL))
+
+
 def build_dataset(config, training, stats=None, start_batch=0, epochs=None):
     """The batched dataset for ``config``.
 
@@ -203,25 +228,8 @@ def build_dataset(config, training, stats=None, start_batch=0, epochs=None):
     """
     if stats is not None and config.data_service:
         raise ValueError("DataStats cannot count on tf.data service workers")
-    if training:
-        seed = order.resolve_seed(config.seed)
-        examples, seeds, finish = _train_examples(config, stats, seed, start_batch, epochs)
-
-        def augment(example, element_seed):
-            return train_transform(example[0], example[1], element_seed, config.crop_size,
-                                   config.scale_range, config.flip, config.jitter, finish)
-
-        # The seeds are paired with the examples before the parallel map: every element's
-        # augmentation is fixed by its position, under any parallelism.
-        batches = tf.data.Dataset.zip(examples, seeds).map(
-            plain(augment), num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic,
-        ).batch(config.batch_size, drop_remainder=True)
-    else:
-        examples, finish = _eval_examples(config, stats)
-        batches = examples.map(plain(lambda image, label: eval_transform(image, finish(label))),
-                               num_parallel_calls=tf.data.AUTOTUNE,
-                               deterministic=True).padded_batch(
-            config.batch_size, padding_values=(tf.constant(PAD_VALUE, tf.uint8), IGNORE_LABEL))
+    batches = (_train_batches(config, stats, start_batch, epochs) if training
+               else _eval_batches(config, stats))
     if config.data_service:
         require_reachable(config.data_service, config.data_service_timeout)
         batches = batches.apply(tf.data.experimental.service.distribute(

@@ -98,6 +98,45 @@ def _logits_grad(p, dp, mask):
     return dlogits
 
 
+def _probabilities(q, k, biases, scale, mask):
+    """softmax(scale * Q K^T + biases, masked) [B, N, T, S], in `scale`'s float type."""
+    stat = scale.dtype
+    logits = _biased(tf.cast(tf.einsum("BTNH,BSNH->BNTS", q, k), stat) * scale, biases)
+    if mask is not None:
+        logits = tf.where(mask, logits, _large_negative(stat))
+    return tf.nn.softmax(logits, axis=-1)
+
+
+def _attention_grads(dy, kept, terms, scale, mask, dropout):
+    """The gradients of Q, K, V and the flat bias terms (in `scale`'s float type) from
+    the output gradient `dy` and the kept `(q, k, v, *flat biases)` of `lean_attention`."""
+    stat = scale.dtype
+    # Everything made from the kept tensors waits for dy: a half-precision
+    # cast of Q, K or V would otherwise be made, and kept, in the forward pass.
+    q, k, v, *biases = (gated(t, dy) for t in kept)
+    biases = _grouped([tf.cast(t, stat) for t in biases], terms)
+    p = _probabilities(q, k, biases, scale, mask)
+    dy_s, q_s, k_s, v_s = (tf.cast(t, stat) for t in (dy, q, k, v))
+    applied, kept_mask = p, None
+    if dropout is not None:
+        # The mask over (1 - rate), drawn again from the seed once dy exists
+        # (from the seed alone TF would draw it in the forward pass and keep
+        # it); p * it is what stock's dropout(p) makes, to the bit.
+        p_v = tf.cast(p, v.dtype)
+        kept_mask = _dropped(tf.ones_like(p_v), dropout, seed=gated(dropout[1], dy))
+        applied = tf.cast(p_v * kept_mask, stat)
+    dv = tf.einsum("BNTS,BTNH->BSNH", applied, dy_s)
+    dp = tf.einsum("BTNH,BSNH->BNTS", dy_s, v_s)
+    if kept_mask is not None:  # d dropout(p) / dp
+        dp *= tf.cast(kept_mask, stat)
+    dlogits = _logits_grad(p, dp, mask)
+    db = _bias_grads(dlogits, biases)
+    dlogits *= scale
+    dq = tf.einsum("BNTS,BSNH->BTNH", dlogits, k_s)
+    dk = tf.einsum("BNTS,BTNH->BSNH", dlogits, q_s)
+    return (dq, dk, dv, *db)
+
+
 def lean_attention(query, key, value, *, scale, mask=None, bias=(), dropout=None, name=None):
     """softmax(scale * Q K^T + bias, masked) V, keeping Q, K, V, the mask and the bias
     terms only.
@@ -129,52 +168,18 @@ def lean_attention(query, key, value, *, scale, mask=None, bias=(), dropout=None
     # A Python float becomes a float32 constant first, as in Keras' attention.
     scale = tf.cast(scale, stat)
 
-    def regroup(tensors):
-        return _grouped([tf.cast(t, stat) for t in tensors], terms)
-
-    def probabilities(q, k, biases):
-        logits = _biased(tf.cast(tf.einsum("BTNH,BSNH->BNTS", q, k), stat) * scale, biases)
-        if mask is not None:
-            logits = tf.where(mask, logits, _large_negative(stat))
-        return tf.nn.softmax(logits, axis=-1)
-
-    def dropped(t, seed=None):
-        return _dropped(t, dropout, seed)
-
     @tf.custom_gradient
     def forward(q, k, v, *biases):
         # stop_gradient: eager ops in here would otherwise stay on an outer tape, which
         # would keep their inputs.
         q, k, v, *biases = (tf.stop_gradient(t) for t in (q, k, v, *biases))
-        p = probabilities(q, k, regroup(biases))
-        out = tf.einsum("BNTS,BSNH->BTNH", dropped(tf.cast(p, v.dtype)), v)
+        p = _probabilities(q, k, _grouped([tf.cast(t, stat) for t in biases], terms), scale, mask)
+        out = tf.einsum("BNTS,BSNH->BTNH", _dropped(tf.cast(p, v.dtype), dropout), v)
 
         def backward(dy):
             with tf.name_scope(name or "attention"):
-                # Everything made from the kept tensors waits for dy: a half-precision
-                # cast of Q, K or V would otherwise be made, and kept, in the forward pass.
-                q_g, k_g, v_g, *b_g = (gated(t, dy) for t in (q, k, v, *biases))
-                b_g = regroup(b_g)
-                p = probabilities(q_g, k_g, b_g)
-                dy_s, q_s, k_s, v_s = (tf.cast(t, stat) for t in (dy, q_g, k_g, v_g))
-                applied, kept = p, None
-                if dropout is not None:
-                    # The mask over (1 - rate), drawn again from the seed once dy exists
-                    # (from the seed alone TF would draw it in the forward pass and keep
-                    # it); p * it is what stock's dropout(p) makes, to the bit.
-                    p_v = tf.cast(p, v.dtype)
-                    kept = dropped(tf.ones_like(p_v), seed=gated(dropout[1], dy))
-                    applied = tf.cast(p_v * kept, stat)
-                dv = tf.einsum("BNTS,BTNH->BSNH", applied, dy_s)
-                dp = tf.einsum("BTNH,BSNH->BNTS", dy_s, v_s)
-                if kept is not None:  # d dropout(p) / dp
-                    dp *= tf.cast(kept, stat)
-                dlogits = _logits_grad(p, dp, mask)
-                db = _bias_grads(dlogits, b_g)
-                dlogits *= scale
-                dq = tf.einsum("BNTS,BSNH->BTNH", dlogits, k_s)
-                dk = tf.einsum("BNTS,BTNH->BSNH", dlogits, q_s)
-                return [tf.cast(g, d) for g, d in zip((dq, dk, dv, *db), dtypes)]
+                grads = _attention_grads(dy, (q, k, v, *biases), terms, scale, mask, dropout)
+                return [tf.cast(g, d) for g, d in zip(grads, dtypes)]
 
         return out, backward
 

@@ -72,6 +72,46 @@ class ClassShards:
     def _shards(self):
         return zip(self.bounds, self.devices)
 
+    def _shard_stats(self, features, kernel, bias, labels, size):
+        """(maxima, sums, targets): per shard, [N, H, W] each, its logits' maximum, the
+        sum of their exp(z - maximum) and the target's logit (0 where it is elsewhere)."""
+        maxima, sums, targets = [], [], []
+        x = features
+        for (start, end), device in self._shards():
+            with tf.device(device):
+                z = self._logits(x, kernel, bias, start, end, size)
+                m = tf.reduce_max(z, -1)
+                maxima.append(m)
+                sums.append(tf.reduce_sum(tf.exp(z - m[..., None]), -1))
+                local = labels - start
+                inside = (local >= 0) & (local < end - start)
+                picked = tf.gather(z, tf.clip_by_value(local, 0, end - start - 1),
+                                   batch_dims=3)
+                targets.append(tf.where(inside, picked, tf.zeros_like(picked)))
+            # The next shard starts once this one's logits are reduced (and freed).
+            x = gated(gated(features, sums[-1]), targets[-1])
+        return maxima, sums, targets
+
+    def _small_grad(self, x, kernel, bias, start, end, size, labels, lse, pixel):
+        """The loss's gradient at shard [start, end)'s logits before the upsample, made
+        again from the features `x`; `lse`: every pixel's log-sum-exp, `pixel` its
+        weight times the loss's gradient."""
+        small = self._small(x, kernel, bias, start, end)
+        with tf.GradientTape() as tape:
+            tape.watch(small)
+            z = self._upsample(small, size)
+        # d/dz of the cross-entropy, softmax - onehot(label): 1 is taken off at each pixel's
+        # label by a scatter, not by a shard-sized one-hot (the scatter copies the softmax:
+        # two shard-sized buffers at a time, measured). The labels wait for the logits:
+        # anything that needs no gradient runs early, every shard's at once.
+        local = gated(labels - start, small)
+        inside = (local >= 0) & (local < end - start)
+        dz = tf.tensor_scatter_nd_sub(
+            tf.exp(z - lse[..., None]),
+            self._pixel_indices(tf.clip_by_value(local, 0, end - start - 1)),
+            tf.cast(inside, z.dtype)) * pixel[..., None]
+        return tape.gradient(z, small, output_gradients=dz)
+
     def cross_entropy(self, features, kernel, bias, labels, weights, size):
         """sum(weights * softmax cross-entropy) of the logits at `size` (H, W), a scalar."""
         # int64 index math: on a GPU, TF keeps int32 tensors and their arithmetic in
@@ -82,21 +122,7 @@ class ClassShards:
         @tf.custom_gradient
         def total(features, kernel, bias):
             with record.stop_recording():  # eager: keep the shards off the outer tape
-                maxima, sums, targets = [], [], []
-                x = features
-                for (start, end), device in self._shards():
-                    with tf.device(device):
-                        z = self._logits(x, kernel, bias, start, end, size)
-                        m = tf.reduce_max(z, -1)
-                        maxima.append(m)
-                        sums.append(tf.reduce_sum(tf.exp(z - m[..., None]), -1))
-                        local = labels - start
-                        inside = (local >= 0) & (local < end - start)
-                        picked = tf.gather(z, tf.clip_by_value(local, 0, end - start - 1),
-                                           batch_dims=3)
-                        targets.append(tf.where(inside, picked, tf.zeros_like(picked)))
-                    # The next shard starts once this one's logits are reduced (and freed).
-                    x = gated(gated(features, sums[-1]), targets[-1])
+                maxima, sums, targets = self._shard_stats(features, kernel, bias, labels, size)
                 top = tf.reduce_max(tf.stack(maxima), 0)
                 lse = top + tf.math.log(tf.add_n([s * tf.exp(m - top)
                                                   for m, s in zip(maxima, sums)]))
@@ -112,22 +138,8 @@ class ClassShards:
                     with tf.device(device):
                         # Made again only once the gradient (or the shard before) exists.
                         x = gated(features, gate)
-                        small = self._small(x, kernel, bias, start, end)
-                        with tf.GradientTape() as tape:
-                            tape.watch(small)
-                            z = self._upsample(small, size)
-                        # d/dz of the cross-entropy, softmax - onehot(label): 1 is taken
-                        # off at each pixel's label by a scatter, not by a shard-sized
-                        # one-hot (the scatter copies the softmax: two shard-sized buffers
-                        # at a time, measured). The labels wait for the logits: anything
-                        # that needs no gradient runs early, every shard's at once.
-                        local = gated(labels - start, small)
-                        inside = (local >= 0) & (local < end - start)
-                        dz = tf.tensor_scatter_nd_sub(
-                            tf.exp(z - lse[..., None]),
-                            self._pixel_indices(tf.clip_by_value(local, 0, end - start - 1)),
-                            tf.cast(inside, z.dtype)) * pixel[..., None]
-                        d_small = tape.gradient(z, small, output_gradients=dz)
+                        d_small = self._small_grad(x, kernel, bias, start, end, size, labels,
+                                                   lse, pixel)
                         d_kernel.append(tf.einsum("nhwf,nhwc->fc", x, d_small))
                         d_bias.append(tf.reduce_sum(d_small, [0, 1, 2]))
                         d_features.append(tf.einsum("nhwc,fc->nhwf", d_small,

@@ -22,6 +22,31 @@ from tfseg.layers.gating import gated, guard_gamma, plus_residual, residual_grad
 from tfseg.layers.inplace_norm import GAMMA_EPSILON
 
 
+def _normalized(xs, g, b, axis, epsilon, centered):
+    """(y, the per-row 1/std) of `xs` normalised over `axis`, times `g` plus `b` (None:
+    neither); RMS-normalised unless `centered`."""
+    if centered:
+        mean, variance = ops.moments(xs, axes=axis, keepdims=True)
+        inv_std = tf.math.rsqrt(variance + epsilon)
+        inv = inv_std if g is None else inv_std * g
+        return xs * inv + (-mean * inv if b is None else -mean * inv + b), inv_std
+    inv_std = tf.math.rsqrt(tf.reduce_mean(tf.square(xs), axis, keepdims=True) + epsilon)
+    return (xs * inv_std if g is None else xs * inv_std * g), inv_std
+
+
+def _input_grad(dy, y, g, b, inv_std, axis, centered):
+    """(dx, x_hat): the input's gradient from the output gradient `dy`, and x_hat, rebuilt
+    from `_normalized`'s output `y` (without a residual)."""
+    x_hat = y if b is None else y - b
+    x_hat = x_hat if g is None else x_hat / g
+    dxhat = dy if g is None else dy * g
+    dx = dxhat - x_hat * tf.reduce_mean(dxhat * x_hat, axis, keepdims=True)
+    if centered:
+        dx -= tf.reduce_mean(dxhat, axis, keepdims=True)
+    dx *= inv_std
+    return dx, x_hat
+
+
 def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPSILON,
                        name=None, centered=True, residual=None):
     """Layer norm over `axis` (sorted ints >= 0) of `x`, keeping only y and the
@@ -55,14 +80,7 @@ def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPS
         g = None if gamma is None else guard_gamma(tf.cast(tf.stop_gradient(gamma), dtype),
                                               gamma_epsilon)
         b = None if beta is None else tf.cast(tf.stop_gradient(beta), dtype)
-        if centered:
-            mean, variance = ops.moments(xs, axes=axis, keepdims=True)
-            inv_std = tf.math.rsqrt(variance + epsilon)
-            inv = inv_std if g is None else inv_std * g
-            y = xs * inv + (-mean * inv if b is None else -mean * inv + b)
-        else:
-            inv_std = tf.math.rsqrt(tf.reduce_mean(tf.square(xs), axis, keepdims=True) + epsilon)
-            y = xs * inv_std if g is None else xs * inv_std * g
+        y, inv_std = _normalized(xs, g, b, axis, epsilon, centered)
         out, rebuild = plus_residual(tf.cast(y, x_dtype), residual)
 
         def backward(dy):
@@ -70,13 +88,7 @@ def inplace_layer_norm(x, gamma, beta, *, axis, epsilon, gamma_epsilon=GAMMA_EPS
                 dy32 = tf.cast(dy, dtype)
                 # Rebuilt only once dy exists, not in the forward pass.
                 y_gated = tf.cast(rebuild(gated(out, dy)), dtype)
-                x_hat = y_gated if b is None else y_gated - b
-                x_hat = x_hat if g is None else x_hat / g
-                dxhat = dy32 if g is None else dy32 * g
-                dx = dxhat - x_hat * tf.reduce_mean(dxhat * x_hat, axis, keepdims=True)
-                if centered:
-                    dx -= tf.reduce_mean(dxhat, axis, keepdims=True)
-                dx *= inv_std
+                dx, x_hat = _input_grad(dy32, y_gated, g, b, inv_std, axis, centered)
                 grads = [tf.cast(dx, x_dtype)]
                 if gamma is not None:
                     grads.append(tf.cast(tf.reshape(tf.reduce_sum(dy32 * x_hat, others),

@@ -147,6 +147,31 @@ def research_deeplab_options(checkpoint):
     return _options(checkpoint, _open(checkpoint)[1])
 
 
+def _matched(checkpoint, model, names, shapes, variables, heads, other_classes):
+    """(assign {tfseg path: checkpoint name}, skipped names, initialised paths) of
+    `reference_names`' `names`; an InputError for a weight either side lacks or has in
+    another shape. `heads`: the checkpoint has them; `other_classes`: its logits are for
+    another class count."""
+    assign, skipped, initialised = {}, [], []
+    for name, path, part in names:
+        if part != "backbone" and not heads:
+            initialised.append(path)
+        elif part == "logits" and other_classes:
+            skipped.append(name)
+            initialised.append(path)
+        elif name not in shapes:
+            raise InputError(f"{checkpoint}: no variable {name} (for tfseg's {path})")
+        elif path not in variables:
+            raise InputError(f"{checkpoint}: variable {name} has no counterpart {path} in "
+                             f"model {model.name!r} (another output stride or architecture?)")
+        elif tuple(shapes[name]) != tuple(variables[path].shape):
+            raise InputError(f"{checkpoint}: variable {name} has shape {tuple(shapes[name])}, "
+                             f"tfseg's {path} needs {tuple(variables[path].shape)}")
+        else:
+            assign[path] = name
+    return assign, skipped, initialised
+
+
 def load_research_deeplab(model, checkpoint):
     """Assigns a research/deeplab checkpoint to a tfseg DeepLabv3+ (stock, memory-saving or
     recompute: weights are matched by path, which the twins share); returns an `ImportReport`.
@@ -171,23 +196,10 @@ def load_research_deeplab(model, checkpoint):
         names = [n for n in reference_names(repeats) if n[2] == "backbone" or n[1] in variables]
     classes = variables["logits/bias"].shape[0] if "logits/bias" in variables else None
     logits = shapes.get(f"{_LOGITS}/biases")
-    assign, skipped, initialised, notes = {}, [], [], []
-    for name, path, part in names:
-        if part != "backbone" and not heads:
-            initialised.append(path)
-        elif part == "logits" and logits is not None and classes != logits[0]:
-            skipped.append(name)
-            initialised.append(path)
-        elif name not in shapes:
-            raise InputError(f"{checkpoint}: no variable {name} (for tfseg's {path})")
-        elif path not in variables:
-            raise InputError(f"{checkpoint}: variable {name} has no counterpart {path} in "
-                             f"model {model.name!r} (another output stride or architecture?)")
-        elif tuple(shapes[name]) != tuple(variables[path].shape):
-            raise InputError(f"{checkpoint}: variable {name} has shape {tuple(shapes[name])}, "
-                             f"tfseg's {path} needs {tuple(variables[path].shape)}")
-        else:
-            assign[path] = name
+    other_classes = logits is not None and classes != logits[0]
+    assign, skipped, initialised = _matched(checkpoint, model, names, shapes, variables, heads,
+                                            other_classes)
+    notes = []
     if skipped:
         notes.append(f"logits: {logits[0]} classes in the checkpoint, {classes} in the model")
     if not heads:

@@ -140,6 +140,56 @@ def _state(graph, model, optimizer=None):
     return trainable + frozen + extra, mine, sum(extra) - mine
 
 
+def _peak_by_batch(step_fn, args, extra_batches, state, workers, peak_bytes):
+    """{batch size: estimated peak}: `peak_bytes` at `args`' batch, and the step
+    traced (not run) and simulated at each of `extra_batches`."""
+    batch = int(tf.nest.flatten(args)[0].shape[0])
+    by_batch = {batch: peak_bytes}
+    for extra in extra_batches:
+        if extra not in by_batch:
+            specs = tf.nest.map_structure(
+                lambda a: tf.TensorSpec((extra,) + tuple(a.shape[1:]), a.dtype), args)
+            traced = step_fn.get_concrete_function(*specs).graph
+            by_batch[extra] = simulate(traced, state, workers).peak_bytes
+    return by_batch
+
+
+def _kept_accounting(graph, kept, names, part, segment_of):
+    """What the `kept` tensors come to (in all, by part, the largest) and, with
+    `segment_of`, what recomputing them would cost: `segment_costs` as "segments" and
+    the `op_seconds` of every op of the step that runs as "estimated_step_seconds"."""
+    costs = {}
+    if segment_of is not None:
+        live = live_ops(graph)
+        costs = {"segments": segment_costs(graph, graph.outputs[0], kept, names, segment_of),
+                 "estimated_step_seconds": sum(op_seconds(op) for op in graph.get_operations()
+                                               if op.name in live)}
+    return {
+        **costs,
+        "kept_bytes": sum(k.bytes for k in kept),
+        "kept_by_part": summarize(kept, lambda k: part(k.layer)),
+        "largest_kept_bytes": max((k.bytes for k in kept), default=0),
+    }
+
+
+def _at_peak(graph, sim, kept, model, names, part, state_bytes):
+    """The simulated peak, and what is alive at it by part, by kind and by holder
+    (`held_at_peak`'s `state_bytes`), as `step_breakdown` returns them; `names`: the
+    model's `layer_names`."""
+    at_peak = collections.Counter()
+    for buffer, size in sim.live_at_peak.items():
+        at_peak[part(layer_of(buffer, names))] += size
+    at_peak["allocator"] = max(0, sim.peak_bytes - sum(sim.live_at_peak.values()))
+    return {
+        "estimated_peak_bytes": sim.peak_bytes,
+        "live_peak_bytes": sim.live_peak_bytes,
+        "peak_op": sim.peak_op,
+        "peak_by_part": dict(at_peak.most_common()),
+        "peak_by_kind": peak_by_kind(graph, sim, kept, model),
+        "held_at_peak": held_at_peak(graph, sim, kept, model, part, state_bytes),
+    }
+
+
 def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None,
                    segment_of=None, optimizer=None, rollup=None):
     """Static accounting of a traced training step, and a static peak estimate.
@@ -187,41 +237,15 @@ def step_breakdown(step_fn, args, model, part_of, extra_batches=(), workers=None
     kept = kept_tensors(graph, graph.outputs[0], names)
     state, optimizer_bytes, other_bytes = _state(graph, model, optimizer)
     sim = simulate(graph, state, workers)
-    at_peak = collections.Counter()
-    for buffer, size in sim.live_at_peak.items():
-        at_peak[part(layer_of(buffer, names))] += size
-    at_peak["allocator"] = max(0, sim.peak_bytes - sum(sim.live_at_peak.values()))
     parameters = sum(v.numpy().nbytes for v in model.weights)
-    batch = int(tf.nest.flatten(args)[0].shape[0])
-    by_batch = {batch: sim.peak_bytes}
-    for extra in extra_batches:
-        if extra not in by_batch:
-            specs = tf.nest.map_structure(
-                lambda a: tf.TensorSpec((extra,) + tuple(a.shape[1:]), a.dtype), args)
-            traced = step_fn.get_concrete_function(*specs).graph
-            by_batch[extra] = simulate(traced, state, workers).peak_bytes
-    costs = {}
-    if segment_of is not None:
-        live = live_ops(graph)
-        costs = {"segments": segment_costs(graph, graph.outputs[0], kept, names, segment_of),
-                 "estimated_step_seconds": sum(op_seconds(op) for op in graph.get_operations()
-                                               if op.name in live)}
+    by_batch = _peak_by_batch(step_fn, args, extra_batches, state, workers, sim.peak_bytes)
     return {
-        **costs,
-        "kept_bytes": sum(k.bytes for k in kept),
-        "kept_by_part": summarize(kept, lambda k: part(k.layer)),
-        "largest_kept_bytes": max((k.bytes for k in kept), default=0),
+        **_kept_accounting(graph, kept, names, part, segment_of),
         "parameter_bytes": parameters,
         "gradient_bytes": sum(v.numpy().nbytes for v in model.trainable_weights),
         "optimizer_state_bytes": optimizer_bytes + other_bytes,
-        "estimated_peak_bytes": sim.peak_bytes,
-        "live_peak_bytes": sim.live_peak_bytes,
-        "peak_op": sim.peak_op,
-        "peak_by_part": dict(at_peak.most_common()),
-        "peak_by_kind": peak_by_kind(graph, sim, kept, model),
-        "held_at_peak": held_at_peak(graph, sim, kept, model, part, {
-            "weights": parameters, "optimizer_slots": optimizer_bytes,
-            "other_state": other_bytes}),
+        **_at_peak(graph, sim, kept, model, names, part, {"weights": parameters,
+                   "optimizer_slots": optimizer_bytes, "other_state": other_bytes}),
         "rollup": {name: list(parts) for name, parts in (rollup or {}).items()},
         "estimated_peak_by_batch": by_batch,
         "simulated_threads": workers or inter_op_threads(),

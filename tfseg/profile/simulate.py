@@ -48,24 +48,29 @@ class Simulation:
     live_at_peak: dict
 
 
-def _run(sg, allocator, workers, tag):
-    """Replays one step of `sg` on `allocator` with `workers` threads; its buffers'
+class _Replay:
+    """One step of `sg` replayed on `allocator` with `workers` threads; its buffers'
     allocator keys are tagged `tag`, apart from the previous step's."""
-    deps = list(sg.deps)
-    remaining = dict(sg.readers)
-    physical = {}  # buffer -> allocator key (a forwarded buffer keeps its input's)
-    start_bytes = allocator.current()
-    allocator.reset_peak()
-    peak, peak_op, live_bytes, live_peak, live_at_peak = 0, None, 0, 0, {}
-    inline = [collections.deque() for _ in range(workers)]
-    queue = [collections.deque() for _ in range(workers)]
-    busy = [False] * workers
-    events, sequence, now = [], 0, 0.0
 
-    def start(worker, i):
-        nonlocal sequence, peak, peak_op, live_bytes, live_peak, live_at_peak
+    def __init__(self, sg, allocator, workers, tag):
+        self.sg, self.allocator, self.workers, self.tag = sg, allocator, workers, tag
+        self.deps = list(sg.deps)
+        self.remaining = dict(sg.readers)
+        self.physical = {}  # buffer -> allocator key (a forwarded buffer keeps its input's)
+        self.start_bytes = allocator.current()
+        allocator.reset_peak()
+        self.peak, self.peak_op, self.live_at_peak = 0, None, {}
+        self.live_bytes, self.live_peak = 0, 0
+        self.inline = [collections.deque() for _ in range(workers)]
+        self.queue = [collections.deque() for _ in range(workers)]
+        self.busy = [False] * workers
+        self.events, self.sequence, self.now = [], 0, 0.0
+
+    def start(self, worker, i):
+        """Starts op `i` on `worker`: allocates (or forwards) its outputs, notes the peak."""
+        sg, physical = self.sg, self.physical
         dying = [b for b in sg.reads[i]
-                 if remaining[b] == 1 and b not in sg.pinned and b in physical]
+                 if self.remaining[b] == 1 and b not in sg.pinned and b in physical]
         for b in sg.allocates[i]:
             source = None
             if sg.forwards[i]:
@@ -74,79 +79,94 @@ def _run(sg, allocator, workers, tag):
             if source is not None:
                 dying.remove(source)
                 physical[b] = physical.pop(source)
-                remaining[source] = 0
-                live_bytes -= sg.size[source]
+                self.remaining[source] = 0
+                self.live_bytes -= sg.size[source]
             else:
-                physical[b] = (tag, b)
-                allocator.allocate(physical[b], sg.size[b])
-            live_bytes += sg.size[b]
-        if live_bytes > live_peak:
-            live_peak = live_bytes
-        total = allocator.peak_total() - start_bytes
-        if total > peak:
-            peak, peak_op = total, sg.ops[i].name
-            live_at_peak = {b: sg.size[b] for b in physical}
-        busy[worker] = True
-        sequence += 1
-        heapq.heappush(events, (now + sg.seconds[i], sequence, worker, i))
+                physical[b] = (self.tag, b)
+                self.allocator.allocate(physical[b], sg.size[b])
+            self.live_bytes += sg.size[b]
+        if self.live_bytes > self.live_peak:
+            self.live_peak = self.live_bytes
+        total = self.allocator.peak_total() - self.start_bytes
+        if total > self.peak:
+            self.peak, self.peak_op = total, sg.ops[i].name
+            self.live_at_peak = {b: sg.size[b] for b in physical}
+        self.busy[worker] = True
+        self.sequence += 1
+        heapq.heappush(self.events, (self.now + sg.seconds[i], self.sequence, worker, i))
 
-    def free(b):
-        nonlocal live_bytes
-        if b in physical and b not in sg.pinned:
-            allocator.release(physical.pop(b))
-            live_bytes -= sg.size[b]
+    def free(self, b):
+        """Returns buffer `b` to the allocator unless it is pinned or already gone."""
+        if b in self.physical and b not in self.sg.pinned:
+            self.allocator.release(self.physical.pop(b))
+            self.live_bytes -= self.sg.size[b]
 
-    def next_op(worker):
-        if inline[worker]:
-            return inline[worker].popleft()
-        if queue[worker]:
-            return queue[worker].popleft()  # the pool: own queue newest first
-        for other in range(workers):
-            if queue[other]:
-                return queue[other].pop()  # steal the oldest
+    def next_op(self, worker):
+        """The op `worker` runs next: its inline ops, then its pool queue, then a steal."""
+        if self.inline[worker]:
+            return self.inline[worker].popleft()
+        if self.queue[worker]:
+            return self.queue[worker].popleft()  # the pool: own queue newest first
+        for other in range(self.workers):
+            if self.queue[other]:
+                return self.queue[other].pop()  # steal the oldest
         return None
 
-    for k, i in enumerate(i for i in range(len(sg.ops)) if deps[i] == 0):
-        queue[k % workers].append(i)
-    for worker in range(workers):
-        i = next_op(worker)
-        if i is not None:
-            start(worker, i)
-    while events:
-        now, _, worker, i = heapq.heappop(events)
-        busy[worker] = False
+    def release_buffers(self, i):
+        """Frees the inputs op `i` read last and its outputs that nothing reads."""
+        sg, remaining = self.sg, self.remaining
         for b in sg.reads[i]:  # inputs are released once the op is done
             if remaining.get(b, 0) > 0:
                 remaining[b] -= 1
                 if remaining[b] == 0:
-                    free(b)
+                    self.free(b)
         for b in sg.allocates[i]:
             if not sg.readers[b]:
-                free(b)
+                self.free(b)
+
+    def schedule_users(self, worker, i):
+        """Queues op `i`'s users that became ready, as TF's executor hands them out."""
+        inline, queue = self.inline[worker], self.queue[worker]
         expensive = None
-        for user in sg.users[i]:
-            deps[user] -= 1
-            if deps[user]:
+        for user in self.sg.users[i]:
+            self.deps[user] -= 1
+            if self.deps[user]:
                 continue
-            if sg.cheap[user]:
-                inline[worker].append(user)
+            if self.sg.cheap[user]:
+                inline.append(user)
             else:
                 if expensive is not None:
-                    queue[worker].appendleft(expensive)
+                    queue.appendleft(expensive)
                 expensive = user
         if expensive is not None:
-            if inline[worker]:
-                queue[worker].appendleft(expensive)
+            if inline:
+                queue.appendleft(expensive)
             else:
-                inline[worker].append(expensive)
-        for w in [worker] + [w for w in range(workers) if w != worker]:
-            if not busy[w]:
-                j = next_op(w)
-                if j is not None:
-                    start(w, j)
-    for b in list(physical):
-        free(b)
-    return Simulation(int(peak), int(live_peak), peak_op or "", live_at_peak)
+                inline.append(expensive)
+
+    def run(self):
+        """Runs the step to its end and returns its `Simulation`."""
+        workers = self.workers
+        for k, i in enumerate(i for i in range(len(self.sg.ops)) if self.deps[i] == 0):
+            self.queue[k % workers].append(i)
+        for worker in range(workers):
+            i = self.next_op(worker)
+            if i is not None:
+                self.start(worker, i)
+        while self.events:
+            self.now, _, worker, i = heapq.heappop(self.events)
+            self.busy[worker] = False
+            self.release_buffers(i)
+            self.schedule_users(worker, i)
+            for w in [worker] + [w for w in range(workers) if w != worker]:
+                if not self.busy[w]:
+                    j = self.next_op(w)
+                    if j is not None:
+                        self.start(w, j)
+        for b in list(self.physical):
+            self.free(b)
+        return Simulation(int(self.peak), int(self.live_peak), self.peak_op or "",
+                          self.live_at_peak)
 
 
 def inter_op_threads():
@@ -172,5 +192,5 @@ def simulate(graph, state=(), workers=None):
     for k, size in enumerate(state):
         allocator.allocate(("state", k), size)
     workers = workers or inter_op_threads()
-    _run(sg, allocator, workers, tag=0)
-    return _run(sg, allocator, workers, tag=1)
+    _Replay(sg, allocator, workers, tag=0).run()
+    return _Replay(sg, allocator, workers, tag=1).run()

@@ -1,7 +1,5 @@
 """The distributed training step: ``strategy.run`` of forward, backward and update."""
 
-import contextlib
-
 import keras
 import tensorflow as tf
 
@@ -73,42 +71,34 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile="off"
     the ``LossScaleOptimizer`` does its own skipping of overflowing steps (with a
     cond), so only the loss is checked. The caller stops the run on a non-finite loss.
 
-    ``step`` (an int64 variable) counts applied updates: it moves by exactly as
-    much as ``optimizer.iterations``, which drives the learning-rate schedule
-    and does not move when the loss-scale optimizer skips an update. Counting
-    calls instead would run the step (checkpoint names, --train_steps) ahead of
-    the schedule by every skipped update.
+    ``step`` (an int64 variable) counts applied updates: it moves by exactly as much as
+    ``optimizer.iterations``, which drives the learning-rate schedule and does not move when
+    the loss-scale optimizer skips an update. Counting calls instead would run the step
+    (checkpoint names, --train_steps) ahead of the schedule by every skipped update.
 
-    ``accum_steps`` N > 1: the step takes a list of N batches (micro-batches) and
-    makes one update of their summed gradients. Each replica runs them one after
-    the other (the next forward waits for the gradients before it, so one
-    micro-batch's activations are alive at a time) and sums its own gradients; the
-    optimizer then sums the replicas'. Every micro-batch's loss is divided by the
-    labelled-pixel count of all N, over all replicas, and the L2 term is added 1/N
-    times, so the update is that of one batch of N x B (exactly, with frozen batch
-    norm and no dropout; training-mode batch norm normalises each micro-batch by
-    its own statistics). The loss returned is the N micro-batches'; the predictions
-    are the last one's.
+    ``accum_steps`` N > 1: the step takes a list of N batches (micro-batches) and makes one
+    update of their summed gradients. Each replica runs them one after the other (the next
+    forward waits for the gradients before it, so one micro-batch's activations are alive at
+    a time) and sums its own gradients; the optimizer then sums the replicas'. Every
+    micro-batch's loss is divided by the labelled-pixel count of all N, over all replicas,
+    and the L2 term is added 1/N times, so the update is that of one batch of N x B
+    (exactly, with frozen batch norm and no dropout; training-mode batch norm normalises
+    each micro-batch by its own statistics). The loss returned is the N micro-batches'; the
+    predictions are the last one's.
 
     A ``tfseg.split.PlacedModel`` (a model split across devices) runs each layer's
     forward and backward ops on its part's device, and the loss on the last part's.
 
     ``jit_compile``: "off", "step" (the whole step one XLA computation) or "blocks": the
     model runs as ``tfseg.xla.Blocks`` (``block_of(layer)`` names a layer's block; None:
-    each layer its own), and the loss, the L2 term with the finite check, and the update
-    are each one more XLA computation, so that a step is a few launches per block. The
-    guard is then "select" where it covers the optimizer: no predicate goes to the host.
-    (True and False are "step" and "off".)
+    each layer its own), and the loss, the L2 term with the finite check, and the update are
+    each one more XLA computation, so that a step is a few launches per block. The guard is
+    then "select" where it covers the optimizer: no predicate goes to the host. (True and
+    False are "step" and "off".)
     """
     if accum_steps < 1:
         raise ValueError(f"accum_steps must be >= 1, got {accum_steps}")
-    if guard not in ("auto", "select", "cond"):
-        raise ValueError(f'guard must be "auto", "select" or "cond", got {guard!r}')
-    mode, guard = _mode_and_guard(jit_compile, guard)
-    select = selects(optimizer, model.trainable_variables) and guard != "cond"
-    if guard == "select" and not select:
-        raise ValueError(f"guard='select' does not cover {type(optimizer).__name__} as "
-                         f"configured (tfseg.training.guard.selects)")
+    mode, select = _mode_and_select(jit_compile, guard, optimizer, model.trainable_variables)
     parts = _TrainStep(strategy, model, optimizer, loss_fn, step, weight_decay, tuple(decayed),
                        accum_steps, select)
     if mode == "blocks":
@@ -116,14 +106,22 @@ def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile="off"
     return tf.function(parts.train_step, jit_compile=mode == "step")
 
 
-def _mode_and_guard(jit_compile, guard):
-    """("off" | "step" | "blocks", the guard): True and False are "step" and "off"; under
+def _mode_and_select(jit_compile, guard, optimizer, variables):
+    """("off" | "step" | "blocks", whether the update's guard writes selects) of
+    `make_train_step`'s arguments: True and False are "step" and "off"; under
     "blocks" a "cond" guard is "auto", since a cond's predicate would go to the host
     between two launches."""
+    if guard not in ("auto", "select", "cond"):
+        raise ValueError(f'guard must be "auto", "select" or "cond", got {guard!r}')
     mode = {True: "step", False: "off"}.get(jit_compile, jit_compile)
     if mode not in ("off", "step", "blocks"):
         raise ValueError(f'jit_compile must be "off", "step" or "blocks", got {jit_compile!r}')
-    return mode, "auto" if mode == "blocks" and guard == "cond" else guard
+    guard = "auto" if mode == "blocks" and guard == "cond" else guard
+    select = selects(optimizer, variables) and guard != "cond"
+    if guard == "select" and not select:
+        raise ValueError(f"guard='select' does not cover {type(optimizer).__name__} as "
+                         f"configured (tfseg.training.guard.selects)")
+    return mode, select
 
 
 class _TrainStep:
