@@ -37,6 +37,7 @@ import sys
 import time
 
 import refusal  # beside this file
+from tfseg.units import MIB
 
 # (label, (batch, height, width, channels) of the conv's input, rates), ASPP's first, and
 # the dry run's stand-ins.
@@ -129,7 +130,7 @@ def time_form(form, shape, rate, steps):
         times.append(time.perf_counter() - start)
     out = {"seconds": statistics.median(times), "grads": [t.numpy() for t in result[1:]]}
     if gpu:
-        out["peak_mib"] = round((peak_bytes() - base) / 2**20, 1)
+        out["peak_mib"] = round((peak_bytes() - base) / MIB, 1)
     return out
 
 

@@ -17,7 +17,7 @@ SavedModel, .keras, float32 .tflite and ONNX; then the float16, dynamic-int8 and
 - the mIoU over the synthetic validation split (images at the export size) and the
   share of pixels whose class equals the Keras model's.
 
-The issue's goals are checked and marked met/MISSED: float16 .tflite <= 0.5x the float32
+The size goals are checked and marked met/MISSED: float16 .tflite <= 0.5x the float32
 file with mIoU within 0.2 points of the Keras model's; dynamic int8 <= 0.3x within 1
 point. Prints a table and one JSON line; the exit status stays 0 (a benchmark on a
 shared machine informs, it does not gate).

@@ -12,7 +12,8 @@ PaddlePaddle's published full-resolution figure, on another card.
 import os
 import re
 
-MIB = 2**20
+from tfseg.units import GB, MIB
+
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
                     "benchmarks.md")
 _FULL = "Full Cityscapes resolution, 1024x2048, batch 1"
@@ -108,7 +109,7 @@ def row_line(row, stock, figures=None):
     if stock and stock.get("result") and peak is not None:
         ratio_mem = peak / max(1, stock["result"]["peak_over_base_bytes"])
         ratio_time = r["step_seconds"] / max(1e-9, stock["result"]["step_seconds"])
-    total = None if peak is None else (peak + r["base_bytes"]) / 1e9
+    total = None if peak is None else (peak + r["base_bytes"]) / GB
     return (f"| {row['size']} | {row['name']} | {_f(r.get('base_bytes', 0) / MIB, ',.0f')} | "
             f"{_f(peak and peak / MIB, ',.0f')} | {_f(total, '.2f')} | "
             f"{_f(ratio_mem, '.2f')} | {_f(r.get('step_seconds'), '.3f')} | "

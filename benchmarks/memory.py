@@ -28,7 +28,7 @@ here, such as mixed_bfloat16 at full resolution on a CPU without native bf16.
 ...) instead of each variant's repeats in a row, so a slow stretch of a shared
 machine falls on every variant alike: the step-time ratios' measurement.
 
-With `--full_resolution` it also checks the issue's targets for the totals (base +
+With `--full_resolution` it also checks the full-resolution targets for the totals (base +
 peak over base: everything the allocator holds at the step's peak): memory saving
 <= 5.0 GB in fp32; with recompute <= 3.5 GB in fp32 and <= 2.5 GB under
 mixed_bfloat16.
@@ -43,18 +43,17 @@ refusal.quiet_tensorflow()  # before the imports below, which import TensorFlow
 
 from tfseg.budget.choose import choose  # noqa: E402
 from tfseg.config import MEMORY_ANCHORS, Optim  # noqa: E402
-from tfseg.config.budget import GB as GIB  # noqa: E402
 from tfseg.errors import InputError  # noqa: E402
 from tfseg.models.xception import DEFAULT_RECOMPUTE  # noqa: E402
 from tfseg.profile.anchors import anchor_step  # noqa: E402
 from tfseg.profile.measure import combine, measure, measure_repeats  # noqa: E402
 from tfseg.profile.step import StepConfig  # noqa: E402
+from tfseg.units import GB, GIB, MIB  # noqa: E402
 
-# (peak over base, step time), each as a ratio to stock's: issue 43's goals.
+# The goals: each variant's (peak over base, step time) at most these ratios to stock's.
 TARGETS = {"memory_saving": (0.28, 1.00), "recompute": (0.18, 1.15)}
-# The issue's full-resolution targets: the variant's total, in GB of 10^9 bytes.
+# The full-resolution targets: each variant's total at most this many GB (10^9 bytes).
 FULL_RESOLUTION_TARGETS_GB = {"memory_saving": 5.0, "recompute": 3.5, "recompute_bf16": 2.5}
-GB = 10**9
 
 # The research recipe's card is not at hand, so its overhead (CUDA context, cuDNN/cuBLAS)
 # cannot be measured (tfseg.runtime.device): a CUDA 12 context with lazy loading and the
@@ -81,8 +80,9 @@ def variants(args):
         "memory_saving": base.replace(variant="memory_saving"),
         "recompute": base.replace(variant="recompute", recompute_blocks=tuple(args.recompute)),
         "stock_xla": base.replace(jit_compile=True),
-        # XLA drops control dependencies (pitfall P3): this row checks that the
-        # data dependency gating each rebuild on its gradient keeps the saving.
+        # XLA drops control dependencies, so a rebuild ordered by one alone could run early:
+        # this row checks that the data dependency gating each rebuild on its gradient keeps
+        # the saving.
         "memory_saving_xla": base.replace(variant="memory_saving", jit_compile=True),
         # Each block its own XLA computation (tfseg.xla.Blocks): the rewrite's saving
         # must hold across the blocks' boundaries too.
@@ -130,8 +130,8 @@ def run_static(config):
 
 def summarize(r):
     return {
-        "peak_mib": r["peak_over_base_bytes"] / 2**20,
-        "base_mib": r["base_bytes"] / 2**20,
+        "peak_mib": r["peak_over_base_bytes"] / MIB,
+        "base_mib": r["base_bytes"] / MIB,
         "total_bytes": r["base_bytes"] + r["peak_over_base_bytes"],
         "step_s": r["step_seconds"],
         "step_s_by_process": r["step_seconds_by_process"],

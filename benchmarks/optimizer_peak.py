@@ -21,6 +21,7 @@ import subprocess
 import sys
 
 import refusal  # beside this file
+from tfseg.units import MIB
 
 
 def child(momentum, width=2048, depth=4, batch=8):
@@ -50,8 +51,8 @@ def child(momentum, width=2048, depth=4, batch=8):
     device.reset_peak()
     step(x)
     weights = sum(v.numpy().nbytes for v in model.trainable_variables)
-    return {"momentum": momentum, "weights_mib": weights / 2**20,
-            "peak_over_base_mib": (device.memory_info()["peak"] - base) / 2**20}
+    return {"momentum": momentum, "weights_mib": weights / MIB,
+            "peak_over_base_mib": (device.memory_info()["peak"] - base) / MIB}
 
 
 def main(argv=None):

@@ -20,16 +20,16 @@ where a model's masks are drawn alike in both (`KEEP_DROPOUT`).
     python benchmarks/rewrite.py                       # 224x224, batch 8, 3 repeats
     python benchmarks/rewrite.py --models ResNet50 --repeats 1 --size 160
     python benchmarks/rewrite.py --models ConvNeXtTiny hub:SegFormerB0 hub:ViTBase \
-        hub:DeepLabV3ResNet50                          # issue 35's table, at its sizes
+        hub:DeepLabV3ResNet50                          # models with a target, each at its size
     python benchmarks/rewrite.py --models NASNetMobile --size 128 --batch 4 \
-        --variants stock rewrite weighed               # issue 43's "no model grows"
+        --variants stock rewrite weighed               # no model's peak grows
     python benchmarks/rewrite.py --models hub:ViTTi16Dropout --repeats 3  # dropout 0.1
 
 keras-hub models (`hub:` names, at their own size and batch unless --size/--batch are
 given) need keras-hub installed (docs/testing.md#keras-hub).
 
 Prints a table (peak over base, ratio to stock, step seconds, the gradients' error against
-the same model's float64 maths, `grad_error.py`, and the issue's target) and one JSON
+the same model's float64 maths, `grad_error.py`, and the model's target) and one JSON
 line. On the CPU, run with TF_ENABLE_ONEDNN_OPTS=1 (set here for the children):
 only oneDNN's allocator keeps statistics.
 """
@@ -44,15 +44,15 @@ import sys
 import families  # beside this file
 import grad_error
 import refusal
+from tfseg.units import MIB
 
-# Issues 15 and 35's targets: rewritten peak over base as a ratio to stock's.
+# The targets: each model's rewritten peak over base at most this ratio to stock's.
 TARGETS = {"MobileNetV2": 0.5, "MobileNetV3Large": 0.5, "MobileNetV3Small": 0.5,
            "EfficientNetB0": 0.5, "ResNet50": 0.6, "ConvNeXtTiny": 0.6,
            "hub:SegFormerB0": 0.6, "hub:ViTBase": 0.6, "hub:DeepLabV3ResNet50": 0.55}
 MODELS = ("MobileNetV2", "MobileNetV3Large", "EfficientNetB0", "EfficientNetV2B0", "ResNet50",
           "ResNet50V2", "DenseNet121", "Xception")
 VARIANTS = ("stock", "rewrite", "weighed", "unweighed", "untraced")
-MIB = 2**20
 
 
 def segformer(keras_hub, size, dims=(32, 64, 160, 256), depths=(2, 2, 2, 2), heads=(1, 2, 5, 8),
@@ -101,7 +101,8 @@ def vit_tiny_dropout(keras_hub, size):
     return vit(keras_hub, size, layers=12, heads=3, width=192, mlp=768, dropout=0.1)
 
 
-# keras-hub task models: builder, size, batch (issue 35's table; issue 55's families).
+# keras-hub task models: builder, size, batch (those with a target, one with dropout kept on,
+# and the model families of `families.py`).
 HUB = {"hub:SegFormerB0": (segformer, 512, 2), "hub:ViTBase": (vit, 224, 8),
        "hub:DeepLabV3ResNet50": (deeplab_v3, 512, 2),
        "hub:ViTTi16Dropout": (vit_tiny_dropout, 128, 2), **families.FAMILIES}

@@ -1,5 +1,5 @@
 """Many classes: the stock head against the chunked head and the split head, and the
-model split across devices (issue 16).
+model split across devices.
 
 Each variant is one training step of DeepLabv3+ (Xception-65, memory saving, momentum
 SGD, tfseg's own step and loss) in a fresh process, measured with the allocator recipe
@@ -27,9 +27,9 @@ import subprocess
 import sys
 
 import refusal  # beside this file
+from tfseg.units import MIB
 
 VARIANTS = ("stock", "chunked", "split", "model")
-MIB = 2**20
 
 
 def child(variant, args):

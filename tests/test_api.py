@@ -54,7 +54,7 @@ def test_train_evaluate_predict_export_in_python(tmp_path):
     assert os.path.exists(os.path.join(export_dir, "model.keras"))
 
 
-# Issue 42: the API parses each setting as its flag is (tfseg.config.values; every kind is
+# The API parses each setting as its flag is (tfseg.config.values; every kind is
 # tests/test_settings.py's), before TensorFlow starts or anything is written.
 @pytest.mark.parametrize("steps,why", [(2.7, "must be an integer, got 2.7"),
                                        ("two", "must be an integer, got 'two'")])

@@ -10,10 +10,13 @@ import pytest
 import tfseg
 
 ROOT = pathlib.Path(tfseg.__file__).parent
-# Lowest first: each package may import only the ones before it. `errors`, `config`,
-# `recipes` and `io` import no TensorFlow; `runtime` is what training and evaluation share.
-ORDER = ("errors", "config", "recipes", "io", "layers", "memory", "xla", "models", "data", "split",
-         "runtime", "evaluation", "deploy", "training", "profile", "budget", "report", "api", "cli")
+# Lowest first: each package may import only the ones before it. `units` (the byte units)
+# imports nothing; `errors`, `config`, `recipes` and `io` import no TensorFlow; `runtime` is
+# what training and evaluation share; `keras_graph` holds every read of Keras's private
+# attributes, and imports only Keras.
+ORDER = ("units", "errors", "config", "recipes", "io", "keras_graph", "layers", "memory", "xla",
+         "models", "data", "split", "runtime", "evaluation", "deploy", "training", "profile", "budget",
+         "report", "api", "cli")
 # Imports inside functions, where they are the point: the profiler's measuring process
 # imports TensorFlow only once it runs (its parent may not have it loaded); tfseg.training
 # loads its loss on first use, so that the command's lock (tfseg.training.lock) costs no

@@ -1,4 +1,4 @@
-"""One parser per setting for both doors (issue 42): the command's flags and the Python API
+"""One parser per setting for both doors: the command's flags and the Python API
 (``Config.replace``, ``tfseg.train(...)``) accept the same values of each kind (int,
 float, bool, enum, str, size, list, path), in the flag's text or the natural Python form,
 and refuse the rest in the same line naming the flag; what ``Config`` keeps is what

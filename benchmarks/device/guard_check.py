@@ -1,4 +1,4 @@
-"""GPU check for the step's guard (issue 45 item 2a): cond vs select, 513x513 b2 memory saving.
+"""GPU check for the step's guard: cond vs select, 513x513 b2 memory saving.
 Run from the repo root: python benchmarks/device/guard_check.py
 Prints per guard: median seconds for the call to return (host), and seconds per step
 over 20 queued steps (synced once at the end). Run on an H200 (2026-11-28): cond 0.046 s

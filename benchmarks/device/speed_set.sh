@@ -1,5 +1,6 @@
 #!/bin/bash
-# Device side: issue 45's speed set in its priority order, on one lent GPU, after setup.sh.
+# Device side: the GPU speed set (docs/benchmarks.md, "On a GPU") in its priority order, on
+# one lent GPU, after setup.sh.
 # Every stage writes its results under OUT as it goes, so a call cut short keeps them.
 #   bash benchmarks/device/speed_set.sh SECONDS [STAGE,...]   # budget for the stages named
 #   bash benchmarks/device/speed_set.sh 420 first    # call 1: blocks, launches, full

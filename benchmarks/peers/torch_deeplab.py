@@ -23,7 +23,7 @@ Per row and size (HxWxB, default 1024x2048x1 and 513x513x2): --warmup steps, the
 --steps timed steps (CUDA events, median), the allocator's peak (max_memory_allocated)
 over its base (memory_allocated before the timed steps: weights, momentum), and NVML's
 GPU busy % (null without nvidia-ml-py). First it prints the parameter count beside
-tfseg's (built in a CPU-only subprocess where tfseg imports, else issue 45's 41.26 M):
+tfseg's (built in a CPU-only subprocess where tfseg imports, else the recorded 41.26 M):
 they should agree within 2%, else the line says where they differ. Each result is one
 JSON line on stdout, appended to --out as soon as its row ends; rows that would start
 after --max_seconds are skipped, saying so. Without torch or timm, or without a GPU (and

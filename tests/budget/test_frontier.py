@@ -6,7 +6,8 @@ import json
 import pytest
 
 from tfseg.config import Config
-from tfseg.budget import GB, Candidate, Choice, Plan, candidates, frontier, saved_choice
+from tfseg.budget import Candidate, Choice, Plan, candidates, frontier, saved_choice
+from tfseg.units import GIB
 
 
 def _costs():
@@ -70,7 +71,7 @@ def test_a_resumed_run_keeps_the_plan_saved_for_the_same_settings():
     config = Config().replace(memory_budget_gb=8.0, train_steps=100)
     plans = frontier(candidates(_costs(), middle_repeats=2), middle_repeats=2)
     points = tuple({"name": p.name, "predicted_bytes": 100} for p in plans)
-    choice = Choice(plans[3], 8 * GB, 0, points)
+    choice = Choice(plans[3], 8 * GIB, 0, points)
     saved = {**json.loads(config.to_json()), "memory_plan": json.loads(json.dumps(
         choice.to_dict()))}  # as config.json holds it
     assert saved_choice(config, saved, 0) == choice
@@ -80,7 +81,7 @@ def test_a_resumed_run_keeps_the_plan_saved_for_the_same_settings():
                    {"dtype_policy": "mixed_bfloat16"}, {"middle_repeats": 3},
                    {"backbone": "resnet50"}):
         assert saved_choice(config.replace(**change), saved, 0) is None, change
-    assert saved_choice(config, saved, overhead=GB) is None  # another device
+    assert saved_choice(config, saved, overhead=GIB) is None  # another device
     # A measured overhead varies a little from process to process: the same device.
     assert saved_choice(config, saved, overhead=32 << 20) == choice
     assert saved_choice(config, json.loads(config.to_json()), 0) is None  # no plan saved

@@ -16,8 +16,7 @@ from tfseg.deploy.fits import (INPUT_BYTES_PER_PIXEL, MAX_SIDE, SHARE, available
                                largest_size, peak_live_bytes, require_fits)
 from tfseg.errors import InputError
 from tfseg.evaluation.inference import InferenceConfig
-
-GB = 10**9
+from tfseg.units import GB
 
 
 def test_a_size_over_half_the_memory_is_refused_naming_the_largest_that_fits():

@@ -4,7 +4,7 @@ format whose converter is not installed is refused before any work, naming the e
 import pytest
 
 from tfseg.config.names import EXPORT_FORMATS
-from tfseg.deploy import EXPORTERS, EXTRA, Exporter
+from tfseg.deploy import EXPORTERS, EXTRA, Exporter, open_model
 from tfseg.errors import InputError
 
 
@@ -48,3 +48,24 @@ def test_a_converter_that_fails_on_import_is_one_line_naming_it(tmp_path, monkey
         "--export_format=onnx: tfseg_broken_converter is installed but fails on import "
         "(AttributeError: module 'onnx' has no attribute 'mapping'); reinstall it: "
         'pip install "tfseg[export]"')
+
+
+@pytest.mark.parametrize("runtime,message", [
+    ("tfseg_no_such_runtime", "--model_path: running {} needs tfseg_no_such_runtime, which is "
+                              'not installed: pip install "tfseg[export]"'),
+    ("tfseg_broken_runtime", "--model_path: running {}: tfseg_broken_runtime is installed but "
+                             "fails on import (ImportError: no runtime here); reinstall it: "
+                             'pip install "tfseg[export]"')])
+def test_a_file_whose_runtime_is_missing_or_broken_is_refused_as_a_converter_is(
+        tmp_path, monkeypatch, runtime, message):
+    # predict's runtimes are checked in the words of --export_format's converters.
+    (tmp_path / "tfseg_broken_runtime.py").write_text("raise ImportError('no runtime here')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = str(tmp_path / "model.fake")
+    open(path, "wb").close()
+    monkeypatch.setitem(EXPORTERS, "fake", Exporter(
+        "fake", ("model.fake",), write=None, accepts=lambda p: p.endswith(".fake"),
+        open=lambda p: None, open_needs=("json", runtime)))
+    with pytest.raises(InputError) as error:
+        open_model(path)
+    assert str(error.value) == message.format(path)

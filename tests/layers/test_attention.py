@@ -91,9 +91,10 @@ def test_it_does_not_keep_the_probabilities(policy, size):
 
 
 def test_the_backward_pass_draws_the_dropout_mask_only_once_dy_exists():
-    """P2: a draw that depends on the seed alone runs in the forward pass, and TF's
-    optimiser then merges it with the forward draw, keeping the mask until the
-    backward pass. Every draw in the backward pass must depend on dy."""
+    """TF runs backward-pass work that does not wait for the incoming gradient during the
+    forward pass: a draw that depends on the seed alone runs there, and TF's optimiser
+    then merges it with the forward draw, keeping the mask until the backward pass.
+    Every draw in the backward pass must depend on dy."""
     spec = tf.TensorSpec([2, 16, 2, 4], tf.float32)
 
     @tf.function

@@ -237,7 +237,7 @@ def test_a_grouped_twin_takes_only_one_group_per_channel():
 
 
 def test_activation_is_run_again_only_after_the_output_gradient_arrives():
-    """P2: TF's own swish gradient (sigmoid of the input) needs no incoming gradient,
+    """TF's own swish gradient (sigmoid of the input) needs no incoming gradient,
     so TF runs it, and keeps it, during the forward pass. The twin's activation and
     its gradient wait for dy: every Sigmoid of the traced step descends from the
     step's output gradient, except the forward pass's one."""

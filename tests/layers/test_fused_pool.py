@@ -98,7 +98,7 @@ def test_twins_on_parts_match_relu_of_the_concatenation(kind, compiled, float64)
 def test_parts_are_kept_and_their_concatenation_is_made_after_dy(kind):
     """The traced step keeps the parts, not their concatenation or its ReLU (stock keeps
     the ReLU's output); the backward pass's concatenation waits for the output
-    gradient (P2), so TF cannot make it, and keep it, in the forward pass."""
+    gradient, so TF cannot make it, and keep it, in the forward pass."""
     stock, twin = _on_parts(kind)
     shapes = [(*SHAPE, c) for c in PARTS]
     joined = (*SHAPE, sum(PARTS))

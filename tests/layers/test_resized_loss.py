@@ -85,7 +85,7 @@ def test_it_keeps_the_small_logits_labels_and_weights_only():
 
 
 def test_the_backward_pass_rebuilds_after_the_forward_and_its_gradient():
-    """Gated on the incoming gradient and on the forward's sum (P2): else the rebuild
+    """Gated on the incoming gradient and on the forward's sum: else the rebuild
     runs in the forward pass, or both passes' full-size scores are made at once."""
     graph = _gradient_graph((*SMALL, CLASSES))
     # made in order: the forward's first

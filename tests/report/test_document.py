@@ -3,8 +3,9 @@ markdown tables with units in their headers, a sentence under each, the words ex
 
 import re
 
-from tests.report.test_outputs import MIB, _report
+from tests.report.test_outputs import _report
 from tfseg.report import document, render
+from tfseg.units import MIB
 
 
 def _tables(text):

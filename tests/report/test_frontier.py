@@ -3,8 +3,7 @@
 from PIL import Image
 
 from tfseg.report import render
-
-MIB = 2**20
+from tfseg.units import MIB
 
 
 def _frontier():

@@ -15,9 +15,9 @@ import pytest
 from tests.report.test_frontier import _frontier
 from tfseg.io.outputs import STAGING_PREFIX
 from tfseg.report import render
+from tfseg.units import MIB
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MIB = 2**20
 PARTS = ("entry_flow", "middle_flow", "exit_flow", "aspp", "decoder", "loss_and_other")
 
 

@@ -16,9 +16,9 @@ from tfseg.report import fit as fit_lib
 from tfseg.report import render
 from tfseg.report.config import variant_step
 from tfseg.runtime import device
+from tfseg.units import GIB, MIB
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MIB = 2**20
 ACCOUNTED = {"parameter_bytes", "gradient_bytes", "optimizer_slot_bytes", "activation_bytes",
              "per_sample_activation_bytes", "per_sample_peak_bytes", "per_sample_from",
              "total_bytes"}
@@ -141,9 +141,9 @@ def test_predicted_batch_fits_and_one_more_does_not(tmp_path):
                                  memory_budget_gb=budget_gb, out_dir=str(tmp_path))
     sizes = report.run(config, log=lambda *_: None)["max_sizes"]["variants"]["stock"]
     written = json.loads((tmp_path / "report.json").read_text())["max_sizes"]
-    assert written["budget_bytes"] == int(budget_gb * 2**30)
+    assert written["budget_bytes"] == int(budget_gb * GIB)
     assert SIZE_FIELDS <= written["variants"]["stock"].keys()
-    budget = budget_gb * 2**30
+    budget = budget_gb * GIB
     predicted, verified = sizes["max_batch"], sizes["verified"]["max_batch"]
     assert predicted >= 2 and sizes["slope_from"] == "analysis"
     totals = sizes["verified"]["total_bytes_by_batch"]
@@ -198,7 +198,7 @@ def test_verification_runs_over_the_caps_are_skipped_and_recorded():
     step = StepConfig.of(height=97, width=97, batch=2, timed_steps=0)
     # Budget 2700: batch 5 (ratio 2.5, 13 s) and crop 209 at batch 1 (ratio 2.2, 12.4 s).
     # Both caps are below any run, so nothing is measured and each skip says why.
-    expensive = report.ReportConfig(step=step, memory_budget_gb=2700 / 2**30, max_verify_seconds=1.0)
+    expensive = report.ReportConfig(step=step, memory_budget_gb=2700 / GIB, max_verify_seconds=1.0)
     sizes = report.max_sizes(expensive, {"stock": m}, log=lambda *_: None)["variants"]["stock"]
     assert sizes["verification_runs"] == 0
     assert sizes["skipped"] == {
@@ -215,7 +215,7 @@ def test_verification_runs_over_the_caps_are_skipped_and_recorded():
     assert json.loads(json.dumps(sizes))["skipped"]["batch"]["5"]["reason"] == "run limit"
     assert "not verified at batch 5: run limit" in render.table(
         {"config": {"height": 100, "width": 100, "jit_compile": False}, "device": "CPU:0",
-         "variants": {}, "max_sizes": {"budget_gb": 2700 / 2**30, "variants": {"stock": sizes}}})
+         "variants": {}, "max_sizes": {"budget_gb": 2700 / GIB, "variants": {"stock": sizes}}})
 
 
 @pytest.mark.parametrize("jit_compile", [False, True])

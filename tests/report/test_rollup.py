@@ -1,4 +1,4 @@
-"""The report's roll-up (issue 41, item 8): a backbone subtotal beside Xception-65's flows,
+"""The report's roll-up: a backbone subtotal beside Xception-65's flows,
 and the weights, optimizer slots and gradients as rows of the table of what is held at the
 estimated peak, so that it reads like the reference breakdown (backbone / ASPP / decoder).
 
@@ -16,8 +16,8 @@ from tfseg.profile import child
 from tfseg.profile.step import StepConfig, build_step
 from tfseg.report import document
 from tfseg.report.compare import entry
+from tfseg.units import MIB
 
-MIB = 2**20
 TINY = dict(width_multiplier=0.125, middle_repeats=2)
 FLOWS = ["entry_flow", "middle_flow", "exit_flow"]
 

@@ -9,9 +9,9 @@ import sys
 import pytest
 import tensorflow as tf
 
-from tfseg.config.budget import GB
 from tfseg.errors import InputError
 from tfseg.runtime import device
+from tfseg.units import GIB
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -23,8 +23,8 @@ def test_the_measured_device_is_the_gpu_when_there_is_one_else_the_cpu():
 
 def test_the_overhead_is_the_flags_when_given_and_zero_on_the_cpu():
     given = device.overhead(0.25)
-    assert (given.bytes, given.source) == (GB // 4, "--device_overhead_gb")
-    assert given.to_dict() == {"device": device.name(), "overhead_bytes": GB // 4,
+    assert (given.bytes, given.source) == (GIB // 4, "--device_overhead_gb")
+    assert given.to_dict() == {"device": device.name(), "overhead_bytes": GIB // 4,
                                "overhead_source": "--device_overhead_gb"}
     if device.name() == "CPU:0":
         assert device.overhead(-1).bytes == 0

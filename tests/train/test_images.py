@@ -1,4 +1,4 @@
-"""--mode=predict on images of other kinds than 8-bit RGB (issue 31): a 16-bit grayscale PNG
+"""--mode=predict on images of other kinds than 8-bit RGB: a 16-bit grayscale PNG
 is read as its 8-bit twin (it was read clipped, nearly white: 63.8% of the labels agreed),
 and an input whose file name is not UTF-8 is labelled and written under its name. The
 overlays show the pixels predict read (the tiny model's labels may not change with them).

@@ -1,4 +1,4 @@
-"""Nothing wrong, silently (GitHub issue 31): a damaged config.json, a changed architecture
+"""Nothing wrong passes silently: a damaged config.json, a changed architecture
 on resume, weights that were not loaded and a checkpoint that rotation removed under an
 eval are each one line naming the file or the flag, before anything is written; allowed
 changes are logged. The command runs in this process (``tests.command``) on copies of a

@@ -17,17 +17,17 @@ import functools
 import os
 
 from tfseg.config import Config
-from tfseg.config.budget import GB
 from tfseg.errors import InputError
 from tfseg.budget import fit as fit_lib
 from tfseg.budget.frontier import Plan, candidates, frontier
 from tfseg.profile import measure as measure_lib
 from tfseg.profile.step import StepConfig
 from tfseg.runtime import device as device_lib
+from tfseg.units import GIB, MIB
 
 # How far a measured device overhead may differ from the one a saved plan was made
 # with and still be the same device (the measurement's spread between processes).
-OVERHEAD_TOLERANCE = 64 << 20
+OVERHEAD_TOLERANCE = 64 * MIB
 # How far the static estimate may be off (tfseg.profile.simulate: within ~15% on
 # this project's machines): predictions closer to the budget are measured.
 MARGIN = 0.15
@@ -75,7 +75,7 @@ class Choice:
 
 
 def _gb(size):
-    return f"{size / GB:.3g} GiB"
+    return f"{size / GIB:.3g} GiB"
 
 
 def _total(result):
@@ -278,7 +278,7 @@ def plan_run(config, num_classes, log=print, saved=None, replicas=1, stop=None):
         replica, note = replica_config(config, replicas)
         step = StepConfig(run=replica, num_classes=num_classes, timed_steps=0)
         choice = dataclasses.replace(choose(
-            step, int(run.memory_budget_gb * GB), overhead, run.verify_plan, log,
+            step, int(run.memory_budget_gb * GIB), overhead, run.verify_plan, log,
             stop=stop), replica=note)
     return config.replace(memory_saving=choice.plan.memory_saving,
                           recompute=choice.plan.recompute), choice

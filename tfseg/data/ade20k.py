@@ -21,10 +21,10 @@ import csv
 import glob
 import os
 
-from tfseg.data import png, voc
+from tfseg.data import voc
 from tfseg.data.registry import register_reader
-from tfseg.data.source import (IGNORE_LABEL, Source, index_label_decoder, require_dir,
-                               require_pair_file, require_pairs)
+from tfseg.data.source import (IGNORE_LABEL, index_png_source, require_dir, require_pair_file,
+                               require_pairs)
 from tfseg.errors import InputError
 
 # objectInfo150's order (class k is annotation value k + 1), each row's first name.
@@ -123,12 +123,5 @@ def files(root, split, missing_ok=False):
 def source(root, split, missing_ok=False):
     """The split as a ``Source`` (150 classes, 0 = other -> 255); ``missing_ok`` as
     ``files``."""
-    return Source(
-        name="ade20k",
-        pairs=files(root, split, missing_ok),
-        class_names=class_names(root),
-        palette=PALETTE,
-        decode_label=index_label_decoder(KNOWN_LABEL_IDS),
-        label_format_ok=png.is_index_png,
-        label_format="a single-channel (grayscale or palette) PNG of at most 8 bits",
-    )
+    return index_png_source("ade20k", files(root, split, missing_ok), class_names(root),
+                            PALETTE, KNOWN_LABEL_IDS)

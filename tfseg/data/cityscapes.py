@@ -5,10 +5,9 @@ import os
 
 import numpy as np
 
-from tfseg.data import png
 from tfseg.data.registry import register_reader
-from tfseg.data.source import (IGNORE_LABEL, Source, index_label_decoder, require_dir,
-                               require_pair_file, require_pairs)
+from tfseg.data.source import (IGNORE_LABEL, index_png_source, require_dir, require_pair_file,
+                               require_pairs)
 
 # labelId -> trainId from cityscapesScripts' labels.py; every id not listed
 # here (0-6, 9, 10, 14-16, 18, 29, 30) is "ignoreInEval" and maps to 255.
@@ -78,12 +77,5 @@ def source(root, split, missing_ok=False):
     """The split as a ``Source`` (labels decoded and mapped to 19 train ids); ``missing_ok``
     as ``files``."""
     pairs = files(root, split, missing_ok)
-    return Source(
-        name="cityscapes",
-        pairs=pairs,
-        class_names=CLASS_NAMES,
-        palette=PALETTE,
-        decode_label=index_label_decoder(label_mapping(pairs[0][1])),
-        label_format_ok=png.is_index_png,
-        label_format="a single-channel (grayscale or palette) PNG of at most 8 bits",
-    )
+    return index_png_source("cityscapes", pairs, CLASS_NAMES, PALETTE,
+                            label_mapping(pairs[0][1]))

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from tfseg.data.traced import plain
 from tfseg.errors import InputError
-from tfseg.models import normalize
+from tfseg.layers.pixels import normalize
 
 
 def require_reachable(address, timeout):

@@ -17,10 +17,10 @@ import os
 
 import numpy as np
 
-from tfseg.data import png, voc
+from tfseg.data import voc
 from tfseg.data.registry import register_reader
-from tfseg.data.source import (IGNORE_LABEL, Source, index_label_decoder, require_dir,
-                               require_pair_file, require_pairs)
+from tfseg.data.source import (IGNORE_LABEL, index_png_source, require_dir, require_pair_file,
+                               require_pairs)
 from tfseg.errors import InputError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png")
@@ -114,12 +114,5 @@ def source(root, split, missing_ok=False):
     """The split as a ``Source``; classes and palette come from ``classes.txt``;
     ``missing_ok`` as ``files``."""
     names, palette = read_classes(os.path.join(root, CLASS_FILE))
-    return Source(
-        name="folder",
-        pairs=files(root, split, missing_ok),
-        class_names=names,
-        palette=palette,
-        decode_label=index_label_decoder({i: i for i in range(len(names))}),
-        label_format_ok=png.is_index_png,
-        label_format="a single-channel (grayscale or palette) PNG of at most 8 bits",
-    )
+    return index_png_source("folder", files(root, split, missing_ok), names, palette,
+                            {i: i for i in range(len(names))})

@@ -15,8 +15,7 @@ import tensorflow as tf
 from tfseg.data.png import PNG_SIGNATURE
 from tfseg.data.source import IndexLabels
 from tfseg.errors import InputError
-
-GB = 1e9  # cache_max_gb is in decimal gigabytes
+from tfseg.units import GB, KB, MB
 
 # JPEG start-of-frame markers (all coding types); C4, C8 and CC are other segments.
 _JPEG_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
@@ -141,7 +140,7 @@ def mem_available():
 
 def format_bytes(n):
     """``n`` bytes as "25.0 GB", "4.7 kB", "12 bytes" (decimal units, like ``cache_max_gb``)."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+    for unit, scale in (("GB", GB), ("MB", MB), ("kB", KB)):
         if n >= scale:
             return f"{n / scale:.1f} {unit}"
     return f"{n} bytes"

@@ -7,10 +7,12 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
-from tfseg.data.png import decode_index_png
+from tfseg.data.png import decode_index_png, is_index_png
 from tfseg.errors import InputError
 
 IGNORE_LABEL = 255
+# What `png.is_index_png` accepts, in the words of the error that refuses a label file.
+INDEX_PNG = "a single-channel (grayscale or palette) PNG of at most 8 bits"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,3 +159,23 @@ class IndexLabels:
 def index_label_decoder(known):
     """A ``Source.decode_label`` for single-channel id PNGs mapped by ``known``."""
     return IndexLabels(known)
+
+
+def index_png_source(name, pairs, class_names, palette, known, label_format=INDEX_PNG):
+    """A ``Source`` whose label files are single-channel id PNGs of at most 8 bits
+    (``png.is_index_png``), each stored id mapped by ``known``.
+
+    Args:
+      name, pairs, class_names, palette: as ``Source``'s.
+      known: {stored id: train id or 255} of every id the format defines
+        (``lookup_table``); any other stored id becomes 255, counted as unknown.
+      label_format: what the format's label files are, for the error naming one that is
+        not such a PNG.
+
+    Example::
+
+        index_png_source("voc", pairs, CLASS_NAMES, PALETTE, {i: i for i in range(21)})
+    """
+    return Source(name=name, pairs=pairs, class_names=class_names, palette=palette,
+                  decode_label=index_label_decoder(known), label_format_ok=is_index_png,
+                  label_format=label_format)

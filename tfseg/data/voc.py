@@ -10,10 +10,9 @@ import os
 
 import numpy as np
 
-from tfseg.data import png
 from tfseg.data.registry import register_reader
-from tfseg.data.source import (Source, index_label_decoder, require_dir, require_file,
-                               require_pair_file, require_pairs)
+from tfseg.data.source import (index_png_source, require_dir, require_file, require_pair_file,
+                               require_pairs)
 
 CLASS_NAMES = (
     "background", "aeroplane", "bicycle", "bird", "boat", "bottle", "bus", "car",
@@ -72,12 +71,5 @@ def files(root, split, missing_ok=False):
 def source(root, split, missing_ok=False):
     """The split as a ``Source`` (21 classes, 255 = border/ignore); ``missing_ok`` as
     ``files``."""
-    return Source(
-        name="voc",
-        pairs=files(root, split, missing_ok),
-        class_names=CLASS_NAMES,
-        palette=PALETTE,
-        decode_label=index_label_decoder(KNOWN_LABEL_IDS),
-        label_format_ok=png.is_index_png,
-        label_format="a palette (or grayscale) PNG of at most 8 bits",
-    )
+    return index_png_source("voc", files(root, split, missing_ok), CLASS_NAMES, PALETTE,
+                            KNOWN_LABEL_IDS, "a palette (or grayscale) PNG of at most 8 bits")

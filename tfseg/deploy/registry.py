@@ -64,13 +64,7 @@ class Exporter:
         """Refuses in one line, before any work, a format whose converter is missing or
         fails on import (a broken install: an ``onnx`` of a version ``tf2onnx`` cannot
         use)."""
-        missing = _missing(self.needs)
-        if missing:
-            raise InputError(f"--export_format={self.name} needs {', '.join(missing)}, "
-                             f"which is not installed: {EXTRA}")
-        broken = _broken(self.needs)
-        if broken:
-            raise InputError(f"--export_format={self.name}: {broken}")
+        _require_installed(self.needs, f"--export_format={self.name}")
 
 
 EXPORTERS = {}
@@ -91,6 +85,22 @@ def _broken(modules):
             return (f"{module} is installed but fails on import ({type(error).__name__}: "
                     f"{first}); reinstall it: {EXTRA}")
     return None
+
+
+def _require_installed(modules, what):
+    """Refuses in one line, starting with ``what``, ``modules`` of which one is not
+    installed (the message names the extra to install) or fails on import.
+
+    Raises:
+      InputError: "WHAT needs M, which is not installed: pip install ..." or
+        "WHAT: M is installed but fails on import (...); reinstall it: ...".
+    """
+    missing = _missing(modules)
+    if missing:
+        raise InputError(f"{what} needs {', '.join(missing)}, which is not installed: {EXTRA}")
+    broken = _broken(modules)
+    if broken:
+        raise InputError(f"{what}: {broken}")
 
 
 def register(name, entries, needs=(), fits=None):
@@ -203,13 +213,7 @@ def open_model(path):
     runs = [e for e in EXPORTERS.values() if e.open is not None]
     for exporter in runs:
         if exporter.accepts(path):
-            missing = _missing(exporter.open_needs)
-            if missing:
-                raise InputError(f"--model_path: running {path} needs {', '.join(missing)}, "
-                                 f"which is not installed: {EXTRA}")
-            broken = _broken(exporter.open_needs)
-            if broken:
-                raise InputError(f"--model_path: running {path}: {broken}")
+            _require_installed(exporter.open_needs, f"--model_path: running {path}")
             try:
                 classify = exporter.open(path)
             except InputError:

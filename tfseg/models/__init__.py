@@ -1,8 +1,9 @@
 """tfseg models: DeepLabv3+ with an aligned Xception-65 backbone or a keras.applications one,
 and research/deeplab import."""
 
+from tfseg.layers.pixels import normalize
 from tfseg.models.applications import APPLICATIONS, Application, application_backbone
-from tfseg.models.deeplab import deeplab_v3_plus, normalize, part_of, segment_of
+from tfseg.models.deeplab import deeplab_v3_plus, part_of, segment_of
 from tfseg.models.freeze import freeze_norms
 from tfseg.models.policy import LayerPolicy
 from tfseg.models.research_deeplab import (REFERENCE_CONVENTIONS, ImportReport,

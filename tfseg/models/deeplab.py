@@ -36,6 +36,8 @@ def deeplab_v3_plus(
     resize="half_pixel",
     freeze_batch_norm=False,
     recompute_layer=None,
+    depthwise_kernel="auto",
+    fused_norm="auto",
     class_shards=0,
     class_devices=None,
     name="deeplab_v3_plus",
@@ -75,6 +77,9 @@ def deeplab_v3_plus(
         `tfseg.memory.Segment`s to `tfseg.memory.rewrite` for the backbone's.
       recompute_layer: the layer that wraps each `recompute` segment (None:
         `tfseg.layers.Recompute`); see `tfseg.memory.rewrite`.
+      depthwise_kernel, fused_norm: the kernel forms the rewrite's twins take, each
+        twin its own (`tfseg.memory.RewriteOptions`' fields of these names,
+        `--depthwise_kernel` and `--fused_norm`); "auto": the measured choice.
       policy: a full `LayerPolicy`; overrides `norm`.
       backbone: None for the aligned Xception-65, built here. Or any functional
         `keras.Model` with one image input [N, H, W, C] and a dict output with the
@@ -172,7 +177,8 @@ def deeplab_v3_plus(
         # Unweighed: a traced step does not see what twins save inside recomputed blocks, and
         # DeepLab's savings are measured (docs/benchmarks.md, "Training step memory").
         options = (memory.RewriteOptions.all() if memory_saving
-                   else memory.RewriteOptions.none()).replace(weigh=False)
+                   else memory.RewriteOptions.none()).replace(
+            weigh=False, depthwise_kernel=depthwise_kernel, fused_norm=fused_norm)
         if memory_saving and head_policy.norm == "batch":  # group norm mixes channels
             options = options.replace(chunked=head_chunked(model))
         model = memory.rewrite(model, options, recompute=segments,
@@ -268,8 +274,3 @@ def segment_of(layer_name, middle_repeats=None, specs=xception.XCEPTION65):
         if layer_name == prefix or layer_name.startswith(prefix + "_"):
             return segment
     return ""
-
-
-def normalize(images):
-    """uint8 (or 0-255 float) images -> the model's input range [-1, 1]."""
-    return keras.ops.cast(images, "float32") / 127.5 - 1.0

@@ -12,6 +12,7 @@ from tfseg.report.config import PER_VARIANT, variant_step
 from tfseg.report.progress import Clock, duration
 from tfseg.report.verify import max_sizes
 from tfseg.runtime import device as device_lib
+from tfseg.units import GIB
 
 
 def _common_config(step):
@@ -75,7 +76,7 @@ def frontier(config, overhead, log=print, stop=None):
     """The frontier of training plans (`tfseg.budget`) at the report's size, every plan
     estimated, and the fastest whose estimate fits the budget less `overhead` bytes
     (`--mode=train` would verify it)."""
-    budget = int(config.memory_budget_gb * budget_lib.GB)
+    budget = int(config.memory_budget_gb * GIB)
     points = budget_lib.estimate_frontier(config.step.replace(timed_steps=0), log, stop=stop)
     fitting = [p["name"] for p in points if p["predicted_bytes"] <= budget - overhead]
     return {"budget_bytes": budget, "overhead_bytes": overhead, "points": list(points),

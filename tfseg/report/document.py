@@ -5,8 +5,8 @@ sentence saying what it measures, and the words the tables use explained once.
 """
 
 from tfseg.report import launches
+from tfseg.units import MIB
 
-MIB = 2**20
 # What the process holds besides the parts' buffers: before the step (weights, slots) and
 # the gradients computed by the peak (`held_at_peak` of tfseg/profile/analysis.py).
 HOLDERS = ("weights", "optimizer_slots", "gradients")

@@ -5,8 +5,8 @@ import math
 
 from tfseg.io.outputs import staged
 from tfseg.report import document, launches
+from tfseg.units import MIB
 
-MIB = 2**20
 # The static model replays TF's executor and allocator, not XLA's scheduler and buffer
 # assignment (the twins hold their recompute back under XLA too:
 # `tfseg.layers.gating.gated`).
@@ -33,7 +33,8 @@ def _labels(rows):
     return [f"  {label}" if label in inside else label for label, _ in rows]
 
 
-def table(report):
+def _variant_rows(report):
+    """The table's head: one row per variant, then its notes and caveats."""
     rows = [
         f"{'variant':<15}{'measured MiB':>13}{'max':>6}{'x stock':>8}{'static est':>11}{'est/meas':>9}{'step s':>8}"
         f"{'TF ops':>8}{'compile s':>10}"
@@ -62,9 +63,14 @@ def table(report):
     blocks = {n: v["recompute_blocks"] for n, v in report["variants"].items() if v["recompute_blocks"]}
     for name, b in blocks.items():
         rows.append(f"({name} recomputes: {', '.join(b)})")
-    rows.append("")
-    rows.append("where the kept activations go (% of each variant's):")
-    rows.append(f"{'part':<16}" + "".join(f"{n:>15}" for n in report["variants"]))
+    return rows
+
+
+def _part_rows(report):
+    """Each variant's kept activations by part (%), then what it holds at the estimated
+    peak by part (MiB)."""
+    rows = ["", "where the kept activations go (% of each variant's):",
+            f"{'part':<16}" + "".join(f"{n:>15}" for n in report["variants"])]
     parts = document.rolled_up(report, document.parts_in(report))
     for name, (_, of) in zip(_labels(parts), parts):
         cells = "".join(f"{sum(v['breakdown_percent'].get(p, 0.0) for p in of):>14.1f}%"
@@ -81,30 +87,44 @@ def table(report):
         cells = "".join(f"{sum(v[held].get(p, 0) for p in of) / MIB:>15.1f}"
                         for v in report["variants"].values())
         rows.append(f"{name:<16}{cells}")
-    rows += launches.table_lines(report)
+    return rows
+
+
+def _size_rows(report):
+    """The largest batch and square crop each variant fits, and how far they were
+    measured, when the report has them."""
     sizes = report.get("max_sizes")
-    if sizes:
-        rows.append("")
-        size = f"{report['config']['height']}x{report['config']['width']}"
-        rows.append(f"largest sizes, budget {sizes['budget_gb']} GB at {size} "
-                    f"(totals include the base):")
-        for name, p in sizes["variants"].items():
-            unverified = ("" if p.get("sizes_measured", True)
-                          else " (estimates, not all measured)")
-            rows.append(f"  {name:<15} predicted max batch {p['max_batch']:>3}, square crop at batch 1 "
-                        f"{p['max_square_crop']:>5}{unverified}")
-            check = p.get("verified")
-            if check is not None:
-                sizes = ", ".join(f"b{b}={_mib(t)}" for b, t in sorted(check["total_bytes_by_batch"].items()))
-                rows.append(f"  {'':<15} measured: max batch {check['max_batch']} ({sizes} MiB)")
-            crop = p.get("crop_verified")
-            if crop is not None:
-                sizes = ", ".join(f"{c}={_mib(t)}" for c, t in sorted(crop["total_bytes_by_crop"].items()))
-                rows.append(f"  {'':<15} measured: max crop {crop['max_square_crop']} ({sizes} MiB)")
-            for kind, sizes in (p.get("skipped") or {}).items():
-                for size, why in sorted(sizes.items()):
-                    rows.append(f"  {'':<15} not verified at {kind} {size}: {why['reason']} "
-                                f"(~{why['estimated_seconds']:.0f} s)")
+    if not sizes:
+        return []
+    size = f"{report['config']['height']}x{report['config']['width']}"
+    rows = ["", f"largest sizes, budget {sizes['budget_gb']} GB at {size} "
+                f"(totals include the base):"]
+    for name, p in sizes["variants"].items():
+        unverified = ("" if p.get("sizes_measured", True)
+                      else " (estimates, not all measured)")
+        rows.append(f"  {name:<15} predicted max batch {p['max_batch']:>3}, square crop at batch 1 "
+                    f"{p['max_square_crop']:>5}{unverified}")
+        check = p.get("verified")
+        if check is not None:
+            sizes = ", ".join(f"b{b}={_mib(t)}" for b, t in sorted(check["total_bytes_by_batch"].items()))
+            rows.append(f"  {'':<15} measured: max batch {check['max_batch']} ({sizes} MiB)")
+        crop = p.get("crop_verified")
+        if crop is not None:
+            sizes = ", ".join(f"{c}={_mib(t)}" for c, t in sorted(crop["total_bytes_by_crop"].items()))
+            rows.append(f"  {'':<15} measured: max crop {crop['max_square_crop']} ({sizes} MiB)")
+        for kind, sizes in (p.get("skipped") or {}).items():
+            for size, why in sorted(sizes.items()):
+                rows.append(f"  {'':<15} not verified at {kind} {size}: {why['reason']} "
+                            f"(~{why['estimated_seconds']:.0f} s)")
+    return rows
+
+
+def table(report):
+    """The stdout table of `report`: the variants, where their memory goes, their
+    largest sizes and the frontier of training plans."""
+    rows = _variant_rows(report) + _part_rows(report)
+    rows += launches.table_lines(report)
+    rows += _size_rows(report)
     rows += frontier_rows(report.get("frontier"))
     return "\n".join(rows)
 

@@ -7,6 +7,7 @@ from tfseg.budget import fit as fit_lib
 from tfseg.profile.measure import OutOfMemory, measure
 from tfseg.report.config import variant_step
 from tfseg.report.progress import Clock
+from tfseg.units import GIB
 
 
 def estimated_run_seconds(measured, size_ratio):
@@ -159,7 +160,7 @@ def max_sizes(config, measured, log=print, clock=None):
     Raises `tfseg.profile.measure.Stopped` on a stop request (the run under way killed).
     """
     clock = clock or Clock(log=log)
-    budget = int(config.memory_budget_gb * 2**30)
+    budget = int(config.memory_budget_gb * GIB)
     output_stride = config.step.run.model.output_stride
     result = {"budget_gb": config.memory_budget_gb, "budget_bytes": budget,
               "max_verify_seconds": config.max_verify_seconds, "variants": {}}

@@ -30,7 +30,9 @@ Example:
 import os
 import sys
 
-CUDA_CACHE_BYTES = 4 * 2**30
+from tfseg.units import GIB
+
+CUDA_CACHE_BYTES = 4 * GIB
 ONEDNN = "TF_ENABLE_ONEDNN_OPTS"
 # What this process's warm_start set in os.environ: {name: value}.
 _SET = {}

@@ -34,9 +34,9 @@ import os
 import subprocess
 import sys
 
-from tfseg.config.budget import GB
 from tfseg.errors import InputError
 from tfseg.runtime import caches
+from tfseg.units import GIB
 
 # The flag that gives the overhead when it cannot be measured, named in every refusal.
 FLAG = "--device_overhead_gb"
@@ -145,7 +145,7 @@ def overhead(setting_gb=-1.0, required=True):
     """
     device = name()
     if setting_gb >= 0:
-        return Overhead(device, int(setting_gb * GB), FLAG)
+        return Overhead(device, int(setting_gb * GIB), FLAG)
     if device.startswith("CPU"):
         return Overhead(device, 0, "none on the CPU")
     try:

@@ -32,7 +32,9 @@ import socket
 
 from google.protobuf import empty_pb2
 
-MIN_FREE_BYTES = 2 * 2**30
+from tfseg.units import GIB, MIB
+
+MIN_FREE_BYTES = 2 * GIB
 _FLAG = "--tf_xla_persistent_cache_directory"
 
 
@@ -79,7 +81,7 @@ def use(setting, log=print, device=None, environ=None):
     words = [f"{_FLAG}={folder}"]
     if free < MIN_FREE_BYTES:
         words.append("--tf_xla_persistent_cache_read_only=true")
-        log(f"compile cache: {free / 2**20:,.0f} MiB free on the disk of {folder}: it is "
+        log(f"compile cache: {free / MIB:,.0f} MiB free on the disk of {folder}: it is "
             f"read, and nothing new is written to it")
     environ["TF_XLA_FLAGS"] = " ".join([flags] + words).strip()
     return folder

@@ -19,9 +19,9 @@ import dataclasses
 
 import tensorflow as tf
 
+from tfseg import keras_graph
 from tfseg.memory.kept import kept_tensors
-
-MIB = 2**20
+from tfseg.units import GIB, MIB
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +65,7 @@ def kept_by_layer(model, images, labels, loss_fn):
         return [loss] + tape.gradient(loss, model.trainable_variables)
 
     graph = gradients.get_concrete_function(images, labels).graph
-    top = {inner.name: layer.name for layer in model.layers for inner in layer._flatten_layers()}
+    top = {inner.name: layer.name for layer in model.layers for inner in keras_graph.sublayers(layer, include_self=True)}
     by_layer = {}
     for item in kept_tensors(graph, graph.outputs[0], set(top)):
         by_layer.setdefault(top.get(item.layer, ""), []).append(item.bytes)
@@ -140,6 +140,6 @@ def describe(loads, budget_bytes=0, batch=1):
         if budget_bytes and load.kept:
             per_image = (load.kept + load.working) / batch
             fits = (budget_bytes - load.state) / per_image
-            line += f"; a {budget_bytes / 2**30:g} GiB budget fits a batch of {fits:.1f}"
+            line += f"; a {budget_bytes / GIB:g} GiB budget fits a batch of {fits:.1f}"
         lines.append(line)
     return lines

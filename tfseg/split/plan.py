@@ -6,11 +6,11 @@ predicted per-device peak of its step, checked against `--memory_budget_gb`.
 
 import tensorflow as tf
 
-from tfseg.config.budget import GB
 from tfseg.errors import InputError
 from tfseg.split import cuts
 from tfseg.split.parts import parts as parts_of
 from tfseg.split.place import device_names, place
+from tfseg.units import GIB
 
 
 def split_for_run(config, model, loss_fn, overhead, log=print):
@@ -49,7 +49,7 @@ def split_for_run(config, model, loss_fn, overhead, log=print):
         # Logical CPU devices share the host's memory: no overhead. GPU:0's stands for
         # each GPU's: all run the same libraries.
         gpu = all("GPU" in device for device in devices)
-        room = int(run.memory_budget_gb * GB) - (
+        room = int(run.memory_budget_gb * GIB) - (
             overhead() if gpu or run.device_overhead_gb >= 0 else 0)
     log(f"{model.name} split across {len(devices)} devices, {len(parts)} parts:")
     for line in cuts.describe(loads, room, batch):
@@ -57,6 +57,6 @@ def split_for_run(config, model, loss_fn, overhead, log=print):
     over = [load for load in loads if room and load.peak > room]
     if over:
         raise InputError(f"--memory_budget_gb: {over[0].device} is predicted to need "
-                         f"{over[0].peak / GB:.2f} GiB, over the {room / GB:.2f} GiB left of "
+                         f"{over[0].peak / GIB:.2f} GiB, over the {room / GIB:.2f} GiB left of "
                          f"{run.memory_budget_gb:g}; add a device, or lower the batch or crop")
     return place(model, parts, cuts.assignment(loads))

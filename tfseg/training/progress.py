@@ -18,6 +18,7 @@ import time
 import tensorflow as tf
 
 from tfseg.runtime import device as device_lib
+from tfseg.units import MIB
 
 
 def duration(seconds):
@@ -76,6 +77,6 @@ def memory_peak():
     if peak > 0:
         # Each reading is the peak since the one before (the last log line), not the run's.
         device_lib.reset_peak()
-        return f"{device[:3].lower()}_peak_MiB", peak / 2**20
+        return f"{device[:3].lower()}_peak_MiB", peak / MIB
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
-    return "rss_peak_MiB", rss / (2**20 if sys.platform == "darwin" else 2**10)
+    return "rss_peak_MiB", rss / (MIB if sys.platform == "darwin" else 2**10)
