@@ -10,7 +10,7 @@ import tensorflow as tf
 from tfseg import memory
 from tfseg.layers import UpsampledConv2D
 from tests.memory.test_patterns import kept_bytes
-from tests.memory.test_rewrite import assert_same_training_step, step_of
+from tests.memory.test_rewrite import assert_same_training_step, step_of, stock_step_of
 
 
 def backbone(interpolation="bilinear", also_used=False, shape=(9, 11, 3)):
@@ -64,7 +64,7 @@ def test_the_upsampling_moves_into_the_conv_after_and_the_step_is_stock(float64,
 def assert_same_step_to_float32(model, new, images):
     """`new`'s float64 step equals `model`'s to float32's precision: TF's bilinear
     resize computes in float32 whatever the dtype."""
-    expected, got = step_of(model, images, True), step_of(new, images, True)
+    expected, got = stock_step_of(model, new, images), step_of(new, images, True)
     np.testing.assert_allclose(got.logits, expected.logits, rtol=1e-6, atol=1e-6)
     assert expected.grads.keys() == got.grads.keys()
     scale = max(float(np.abs(g).max()) for g in expected.grads.values())
@@ -112,7 +112,9 @@ def test_the_summary_names_what_is_changed_in_nested_models():
     summary = memory.changes(outer)
     assert str(summary) == "in inner: fused 1 activation+layer pairs; made 1 norms output-only"
     assert len(summary.nested["inner"].inplace) == 1 and not summary.inplace
-    # The backbone as rewritten: cut before its upsampling, its ReLU now its output.
+    # The backbone as rewritten: cut before its upsampling, its ReLU now its output, which
+    # it keeps: its norm stays stock.
     assert str(memory.changes(task(backbone()))) == (
-        "moved 1 upsamplings after the 1x1 conv that reads them; in backbone: made 1 norms "
-        "output-only")
+        "moved 1 upsamplings after the 1x1 conv that reads them; in backbone: kept 1 norms "
+        "stock: a stock ReLU reads each and keeps its output, so an output-only norm would "
+        "save nothing")

@@ -15,12 +15,13 @@ from tests.memory.test_rewrite import deeplab_images
 
 
 def shared_input(size=(9, 7)):
-    """conv -> x; x feeds a norm -> ReLU and a conv beside it, joined. The conv keeps x
+    """conv -> x; x feeds a norm -> sigmoid and a conv beside it, joined. The conv keeps x
     anyway, so stock's norm (which keeps its input) adds nothing, while an output-only
     norm keeps its output, which nothing else keeps: that twin costs a map."""
     inputs = keras.Input((*size, 3))
     x = keras.layers.Conv2D(8, 3, padding="same", name="conv0")(inputs)
-    a = keras.layers.ReLU(name="relu")(keras.layers.BatchNormalization(name="bn")(x))
+    a = keras.layers.Activation("sigmoid", name="act")(
+        keras.layers.BatchNormalization(name="bn")(x))
     b = keras.layers.Conv2D(8, 3, padding="same", name="beside")(x)
     return keras.Model(inputs, keras.layers.Concatenate(name="join")([a, b]))
 
@@ -107,18 +108,26 @@ def test_where_every_trick_pays_none_is_turned_off():
     assert "did not pay" not in str(memory.changes(model, weighed.options))
 
 
-def test_tricks_off_stay_off_and_a_sequential_is_weighed_as_its_graph():
-    """Without the ReLU taken into the conv, the output-only norm keeps its output where
-    stock's keeps its input, the same bytes, and its statistics beside: it costs, so it
-    goes; with the fusion (the conv keeps the norm's output too) it pays."""
+def test_a_norm_only_a_stock_relu_reads_stays_stock_and_a_sequential_is_weighed_as_its_graph():
+    """Without the ReLU taken into the conv, an output-only norm would keep its output
+    where stock's keeps its input, the same bytes (the ReLU keeps its own output), with
+    its statistics beside: the rewrite keeps that norm stock and says why, so weighing
+    finds nothing to turn off; with the fusion (the conv keeps the norm's output too) it
+    pays."""
     model = keras.Sequential([keras.Input((9, 7, 3)), keras.layers.Conv2D(8, 3, name="c0"),
                               keras.layers.BatchNormalization(name="bn"),
                               keras.layers.ReLU(name="relu"), keras.layers.Conv2D(4, 3, name="c1")])
     x = images()
-    weighed = memory.weigh(model, x, RewriteOptions(fuse_relu_conv=False))
-    assert not weighed.options.fuse_relu_conv and not weighed.options.inplace_norm
-    assert weighed.options.unpaid == (("inplace_norm", weighed.stock + 8 * 4, weighed.stock),)
-    assert weighed.kept == weighed.stock == step_kept_bytes(model, x)
+    unfused = RewriteOptions(fuse_relu_conv=False)
+    found = memory.changes(model, unfused)
+    assert found.idle_norms == ["bn"] and found.inplace == []
+    assert str(found).startswith("kept 1 norms stock: a stock ReLU reads each")
+    new = memory.rewrite(model, unfused)
+    assert type(new.get_layer("bn")) is keras.layers.BatchNormalization
+    assert step_kept_bytes(new, x) == step_kept_bytes(model, x)
+    weighed = memory.weigh(model, x, unfused)
+    assert weighed.options == unfused and weighed.kept == weighed.stock
+    assert memory.changes(model).idle_norms == [] and memory.changes(model).inplace == ["bn"]
     assert memory.weigh(model, x).options == RewriteOptions()
 
 

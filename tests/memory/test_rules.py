@@ -56,7 +56,7 @@ BUILT_IN = {
     "upsampled_conv": ("lean_upsampling",), "activation_depthwise": ("fuse_relu_depthwise",),
     "activation_conv": ("fuse_relu_conv",), "scaled_conv": ("fuse_relu_conv",),
     "lean_dilated": ("lean_dilated",), "logits_resize": ("lean_upsampling",),
-    "residual_folds": ("fold_residual",)}
+    "residual_folds": ("fold_residual",), "idle_norms": ("inplace_norm",)}
 
 
 def test_each_rule_and_record_is_registered_once_in_order_under_real_options():

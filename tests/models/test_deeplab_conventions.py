@@ -38,7 +38,8 @@ def test_head_epsilon_sets_aspp_and_decoder_norms_only(norm, output_stride, memo
 @pytest.mark.parametrize("memory_saving", [False, True])
 def test_head_batch_norm_at_1e5_is_tf_batch_normalization_in_inference(memory_saving):
     model = tiny_model(head_epsilon=1e-5, memory_saving=memory_saving)
-    layer = model.get_layer("aspp_projection_bn")
+    # A decoder norm: ASPP's projection norm stays stock (a stock ReLU reads it).
+    layer = model.get_layer("decoder_projection_bn")
     assert isinstance(layer, InplaceBatchNormalization) == memory_saving
     rng = np.random.RandomState(3)
     channels = layer.gamma.shape[0]

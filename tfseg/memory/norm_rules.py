@@ -4,6 +4,7 @@ residual adds, lean attention, and twins inside rebuilt copies of blocks."""
 import keras
 
 from tfseg.memory.inside import inner_twins, why_not_rebuilt
+from tfseg.layers.elementwise import is_plain_relu
 from tfseg.memory.matchers import residual_folds
 from tfseg.memory.plans import DROPS, FoldedNorm, Rebuilt
 from tfseg.memory.rules import record, rule
@@ -18,6 +19,9 @@ record("inside", lambda twins: (
     f"{len(twins)} subclassed layers"), kind=dict)
 record("traced", lambda names: f"took apart {len(names)} subclassed layers traced from "
                                f"their calls")
+record("idle_norms", lambda names: (
+    f"kept {len(names)} norms stock: a stock ReLU reads each and keeps its output, so an "
+    f"output-only norm would save nothing"))
 record("kept_stock", lambda kept: "; ".join(f"kept {name} stock: {why}" for name, why in kept))
 
 
@@ -87,6 +91,30 @@ def inside_blocks(finding):
                 inside[layer.name] = twins
         if layer.name in inside:
             finding.act(node, Rebuilt(inside[layer.name]))
+
+
+@rule("idle_norms", order=110, option="inplace_norm")
+def idle_norms(finding):
+    """Keeps stock the norms whose every reader is a plain ReLU left stock by the rules
+    before. That ReLU keeps its output for its gradient, so an output-only norm would
+    keep its own output beside it, as many bytes as stock's input, and its backward
+    needs more temporaries than stock's fused one: it saves nothing and raises the peak."""
+    # A node in a block (a recomputed segment, a fused separable conv) is run by it.
+    planned = finding.changes.actions.keys() | finding.taken
+    idle, busy = set(), set()
+    for node in finding.graph.nodes:
+        name = node.operation.name
+        if name not in finding.changes.inplace:
+            continue
+        readers = finding.graph.consumers[id(node.outputs[0])]
+        stock_relus = readers and all(
+            is_plain_relu(r.operation) and id(r) not in planned
+            and r.operation.name not in finding.replaced for r in readers)
+        (idle if stock_relus and id(node) not in planned else busy).add(name)
+    for name in sorted(idle - busy):
+        finding.changes.inplace.remove(name)
+        del finding.replaced[name]
+        finding.add("idle_norms", name)
 
 
 @rule("residual_folds", order=100, option="fold_residual")
