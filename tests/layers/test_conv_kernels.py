@@ -6,14 +6,16 @@ import os
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from tfseg.config import Config
 from tfseg.errors import InputError
-from tfseg.layers import conv_kernels
+from tfseg.layers import Recompute, ReluDepthwiseConv2D, conv_kernels
 from tfseg.runtime import builders
+from tests.layers.twins import training_ops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -46,14 +48,43 @@ def test_grouped_without_a_gpu_is_refused_before_anything_runs():
     assert not conv_kernels.has_grouped_gradient()
     config = Config.from_flat(width_multiplier=0.125, middle_repeats=1, memory_saving=True,
                               depthwise_kernel="grouped")
-    try:
-        with pytest.raises(InputError, match=r"^--depthwise_kernel=grouped runs on a GPU"):
-            builders.model(config, num_classes=3)
-        assert conv_kernels.form() == "auto"  # refused before the form is set
-    finally:
-        conv_kernels.use("auto")
+    with pytest.raises(InputError, match=r"^--depthwise_kernel=grouped runs on a GPU"):
+        builders.model(config, num_classes=3)
     with pytest.raises(ValueError, match="depthwise kernel form"):
-        conv_kernels.use("cudnn")
+        ReluDepthwiseConv2D(3, kernel_form="cudnn")
+
+
+NATIVE_GRADS = {"DepthwiseConv2dNativeBackpropInput", "DepthwiseConv2dNativeBackpropFilter"}
+GROUPED_GRADS = {"Conv2DBackpropInput", "Conv2DBackpropFilter"}
+
+
+def _tail_block(form):
+    """A `Recompute` block (a ReLU) with a linear depthwise tail of kernel form `form`."""
+    x = keras.Input((7, 9, 4))
+    return Recompute(keras.Model(x, keras.layers.ReLU()(x)), kernel_form=form,
+                     tail=keras.layers.DepthwiseConv2D(3, padding="same", name=f"tail_{form}"))
+
+
+def test_each_layer_traces_its_own_form_and_its_config_keeps_it(monkeypatch):
+    """Twins (and `Recompute` tails) of other forms made in one process each trace their
+    own kernels, whichever was made or traced last: "grouped" the grouped Conv2D's ops,
+    "native" and "auto" TF's depthwise ones. The form round-trips through the config; a
+    config without it (saved before it was a setting) reads "auto"."""
+    if not conv_kernels.has_grouped_gradient():
+        # Traced, never run: a CPU builds the grouped ops' graph and lacks only their
+        # gradient kernels, so the trace asks the device check as a GPU answers it.
+        monkeypatch.setattr(conv_kernels, "has_grouped_gradient", lambda: True)
+    layers = [maker(form) for form in ("grouped", "native", "auto") for maker in (
+        lambda f: ReluDepthwiseConv2D(3, padding="same", kernel_form=f), _tail_block)]
+    for layer in layers + layers[:2]:
+        ops = {op.type for op in training_ops(layer, (2, 7, 9, 4))}
+        grouped = layer.kernel_form == "grouped"
+        assert (GROUPED_GRADS <= ops and not NATIVE_GRADS & ops if grouped
+                else NATIVE_GRADS <= ops and not GROUPED_GRADS & ops), (layer.name, ops)
+        assert type(layer).from_config(layer.get_config()).kernel_form == layer.kernel_form
+        config = layer.get_config()
+        del config["kernel_form"]
+        assert type(layer).from_config(config).kernel_form == "auto"
 
 
 def kernel_errors():

@@ -251,33 +251,47 @@ def test_twins_add_a_residual_as_a_following_add_does(kind, relu, compiled):
         assert FUSED_OPS <= step_op_types(twin, x)
 
 
-@pytest.fixture
-def norm_form(request):
-    """Sets the batch-norm twin's form (`--fused_norm`) for one test, then "auto" again."""
-    fused_norm.use(request.param)
-    yield request.param
-    fused_norm.use("auto")
-
-
-@pytest.mark.parametrize("norm_form", ["auto", "true", "false"], indirect=True)
+@pytest.mark.parametrize("norm_form", ["auto", "true", "false"])
 def test_fused_norm_option_picks_the_form_and_each_matches_stock(norm_form):
-    """--fused_norm: "true" and "auto" (the CPU's measured choice) run the fused kernels,
-    "false" the unfused ops; both match stock, to float32's rounding where the kernels
-    run and exactly in float64 (which the kernels do not take: unfused either way)."""
+    """--fused_norm (the twin's `norm_form`): "true" and "auto" (the CPU's measured choice)
+    run the fused kernels, "false" the unfused ops; both match stock, to float32's rounding
+    where the kernels run and exactly in float64 (which the kernels do not take: unfused
+    either way)."""
     shape = (2, 9, 11, 16)
-    kwargs = dict(momentum=0.9, epsilon=EPSILONS["fused"])
+    kwargs = dict(momentum=0.9, epsilon=EPSILONS["fused"], norm_form=norm_form)
     twin = InplaceBatchNormalization(**kwargs)
-    compare(keras.layers.BatchNormalization(**kwargs), twin, shape, compiled=True,
+    stock = dict(momentum=0.9, epsilon=EPSILONS["fused"])
+    compare(keras.layers.BatchNormalization(**stock), twin, shape, compiled=True,
             rtol=1e-5, atol=2e-6)
     ops = step_op_types(twin, tf.zeros(shape))
     assert (FUSED_OPS <= ops) if norm_form != "false" else not FUSED_OPS & ops
-    kwargs = dict(kwargs, dtype="float64")
-    twin = InplaceBatchNormalization(**kwargs)
-    compare(keras.layers.BatchNormalization(**kwargs), twin, shape, compiled=True,
-            dtype="float64", rtol=1e-12, atol=1e-12)
+    twin = InplaceBatchNormalization(**kwargs, dtype="float64")
+    compare(keras.layers.BatchNormalization(**stock, dtype="float64"), twin, shape,
+            compiled=True, dtype="float64", rtol=1e-12, atol=1e-12)
     assert not FUSED_OPS & step_op_types(twin, tf.zeros(shape, "float64"))
     with pytest.raises(ValueError, match="fused norm form"):
-        fused_norm.use("maybe")
+        InplaceBatchNormalization(norm_form="maybe")
+
+
+def test_each_twin_traces_its_own_form_and_a_saved_model_keeps_it(tmp_path):
+    """Twins of other forms in one process each trace their own ops, whichever was made
+    or traced last: the form is the layer's, in its config, and a saved model reloads
+    with it. A config saved before the form was a setting (no key) reads "auto"."""
+    shape = (2, 5, 7, 8)
+    unfused, fused = (InplaceBatchNormalization(norm_form=f) for f in ("false", "true"))
+    default = InplaceBatchNormalization()
+    for twin, fused_ops in ((unfused, False), (fused, True), (default, True), (unfused, False)):
+        assert (FUSED_OPS <= step_op_types(twin, tf.zeros(shape))) == fused_ops, twin.norm_form
+    config = unfused.get_config()
+    assert InplaceBatchNormalization.from_config(config).norm_form == "false"
+    del config["norm_form"]
+    assert InplaceBatchNormalization.from_config(config).norm_form == "auto"
+    model = keras.Sequential([keras.Input(shape[1:]),
+                              InplaceBatchNormalization(norm_form="false", name="norm")])
+    model.save(tmp_path / "model.keras")
+    loaded = keras.models.load_model(tmp_path / "model.keras").get_layer("norm")
+    assert type(loaded) is InplaceBatchNormalization and loaded.norm_form == "false"
+    assert not FUSED_OPS & step_op_types(loaded, tf.zeros(shape))
 
 
 @pytest.mark.parametrize("count", [tf.constant, float], ids=["dynamic", "static"])

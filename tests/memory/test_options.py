@@ -11,6 +11,7 @@ from tfseg import memory
 from tfseg.layers import Recompute
 from tfseg.memory import RewriteOptions, blocks
 from tfseg.models import deeplab_v3_plus
+from tests.layers.twins import training_ops
 
 # Tiny and odd-sized: every stride rounds, one middle unit to recompute.
 TINY = dict(width_multiplier=0.125, middle_repeats=1, input_shape=(65, 97, 3))
@@ -19,10 +20,11 @@ TINY = dict(width_multiplier=0.125, middle_repeats=1, input_shape=(65, 97, 3))
 def test_options_are_frozen_and_all_none_replace_name_the_same_fields():
     default = RewriteOptions()
     names = [field.name for field in dataclasses.fields(RewriteOptions)]
-    assert names[-3:] == ["chunked", "unpaid", "weigh"]  # settings, not switches
+    # settings, not switches
+    assert names[-5:] == ["chunked", "unpaid", "weigh", "depthwise_kernel", "fused_norm"]
     assert default.chunked == default.unpaid == () and default.weigh is True
     assert RewriteOptions.none().weigh is True  # nothing to weigh there, but not switched
-    names = names[:-3]
+    names = names[:-5]
     assert len(names) == 9 and RewriteOptions.names() == tuple(names)
     with pytest.raises(ValueError, match="unknown rewrite option"):
         default.on("unpaid")
@@ -135,3 +137,56 @@ def test_chunked_and_unpaid_that_are_not_tuples_are_refused():
                                      f"(a {type(value).__name__})")
     with pytest.raises(ValueError, match="chunked takes .* got 3"):
         RewriteOptions(chunked=(3,))  # a TypeError of len() before
+
+
+def test_forms_that_are_not_one_of_their_forms_are_refused_naming_the_field():
+    with pytest.raises(ValueError, match=r"^RewriteOptions.depthwise_kernel must be one of "
+                                         r"\('auto', 'native', 'grouped'\), got 'cudnn'$"):
+        RewriteOptions(depthwise_kernel="cudnn")
+    with pytest.raises(ValueError, match=r"^RewriteOptions.fused_norm must be one of "):
+        RewriteOptions().replace(fused_norm=False)
+
+
+@keras.saving.register_keras_serializable(package="tests")
+class Normed(keras.layers.Layer):
+    """A subclassed block around a batch norm: rebuilt with the norm's twin inside."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.norm = keras.layers.BatchNormalization(name="norm")
+
+    def call(self, x, training=None):
+        return self.norm(x, training=training)
+
+
+def _twins_model():
+    """Conv -> norm -> ReLU -> depthwise conv -> a subclassed block's norm."""
+    x = keras.Input((7, 9, 4))
+    y = keras.layers.ReLU()(keras.layers.BatchNormalization()(keras.layers.Conv2D(4, 1)(x)))
+    y = Normed(name="normed")(keras.layers.DepthwiseConv2D(3, padding="same")(y))
+    return keras.Model(x, y)
+
+
+def _forms(model):
+    """{(twin class name, its form)} of `model`'s twins that take a form."""
+    return {(type(l).__name__, getattr(l, "norm_form", None) or l.kernel_form)
+            for l in model._flatten_layers()
+            if hasattr(l, "norm_form") or hasattr(l, "kernel_form")}
+
+
+def test_each_rewrite_gives_its_twins_its_own_forms_and_leaves_none_behind():
+    """The forms of one rewrite's options are its twins' own (the subclassed block's norm
+    too): a rewrite after it with the defaults makes "auto" twins, and each model's step
+    traces its own batch-norm ops, the first's still unfused once the second is made."""
+    stock = _twins_model()
+    options = RewriteOptions(weigh=False, trace_blocks=False)  # `Normed` rebuilt, not traced
+    set_ = memory.rewrite(stock, options.replace(fused_norm="false", depthwise_kernel="native"))
+    default = memory.rewrite(stock, options)
+    twins = ("InplaceBatchNormalization", "ReluDepthwiseConv2D")
+    assert _forms(set_) == set(zip(twins, ("false", "native")))
+    assert _forms(default) == set(zip(twins, ("auto", "auto")))
+    assert type(default.get_layer("normed").norm).__name__ == twins[0]
+    fused = {"FusedBatchNormV3", "FusedBatchNormGradV3"}
+    for model, fused_ops in ((set_, False), (default, True)):
+        ops = {op.type for op in training_ops(model, (2, 7, 9, 4))}
+        assert fused & ops == (fused if fused_ops else set())

@@ -3,8 +3,11 @@
 import keras
 
 from tfseg.config import Config
-from tfseg.layers import InplaceGroupNormalization, ReluDepthwiseConv2D, fused_norm
+from tfseg.layers import (InplaceBatchNormalization, InplaceGroupNormalization,
+                          ReluDepthwiseConv2D)
+from tfseg.layers.conv_kernels import TakesKernelForm
 from tfseg.runtime import builders
+from tests.layers.twins import training_ops
 
 
 def test_data_flags_reach_the_training_data_config_only():
@@ -40,19 +43,33 @@ def test_the_model_section_is_the_model():
     assert not [name for name in names if name.startswith("aspp_sepconv")]
     norms = [layer for layer in layers if isinstance(
         layer, (keras.layers.BatchNormalization, keras.layers.GroupNormalization))]
-    # norm "group", as memory_saving's output-only twins; and its fused ReLU -> convs.
-    assert norms and all(type(layer) is InplaceGroupNormalization for layer in norms)
+    # norm "group", as memory_saving's output-only twins (but ASPP's projection norm, which
+    # only a stock ReLU reads); and its fused ReLU -> convs.
+    assert type(by_name["aspp_projection_bn"]) is keras.layers.GroupNormalization
+    assert norms and all(type(layer) is InplaceGroupNormalization for layer in norms
+                         if layer.name != "aspp_projection_bn")
     assert any(isinstance(layer, ReluDepthwiseConv2D) for layer in layers)
     assert builders.model(config, 3, norm="batch").count_params() != model.count_params()
 
 
-def test_fused_norm_reaches_the_batch_norm_twins():
-    """--fused_norm sets the form the batch-norm twins trace in (tfseg.layers.fused_norm)."""
-    try:
-        for form in ("false", "true", "auto"):
-            config = Config.from_flat(width_multiplier=0.125, middle_repeats=1,
-                                      memory_saving=True, fused_norm=form)
-            builders.model(config, num_classes=3)
-            assert fused_norm.form() == form
-    finally:
-        fused_norm.use("auto")
+def test_each_model_takes_its_own_kernel_forms_and_leaves_none_behind():
+    """--fused_norm and --depthwise_kernel reach the twins of the model they build as each
+    twin's own setting: a model built after it with the defaults gets "auto" twins, and
+    the first's batch norms still trace unfused (tfseg.layers.fused_norm)."""
+    tiny = dict(width_multiplier=0.125, middle_repeats=1, memory_saving=True)
+
+    def built(**forms):
+        layers = list(builders.model(Config.from_flat(**tiny, **forms), num_classes=3)
+                      ._flatten_layers())
+        norms = [l for l in layers if isinstance(l, InplaceBatchNormalization)]
+        kernels = {l.kernel_form for l in layers if isinstance(l, TakesKernelForm)}
+        return norms, {l.norm_form for l in norms}, kernels
+
+    first, *forms = built(fused_norm="false", depthwise_kernel="native")
+    assert forms == [{"false"}, {"native"}]
+    second, *forms = built()
+    assert forms == [{"auto"}, {"auto"}]
+    fused = {"FusedBatchNormV3", "FusedBatchNormGradV3"}
+    for norm, fused_ops in ((first[0], set()), (second[0], fused)):
+        ops = {op.type for op in training_ops(norm, (2, 5, 5, norm.gamma.shape[0]))}
+        assert ops & fused == fused_ops

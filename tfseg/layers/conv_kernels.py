@@ -10,11 +10,12 @@ run: TensorFlow's own kernels have no grouped-conv gradient, and oneDNN's take n
 explicit padding, and its graph pass left some of the twins' grouped gradients (inside
 `Recompute` blocks' backward passes) to TensorFlow's kernels (each seen here).
 
-`--depthwise_kernel` (`use`): "native" TensorFlow's kernels; "grouped" the grouped conv
-on a GPU, wherever the depth multiplier is 1; "auto" the measured choice: native, the
-only form measured in the step so far. `benchmarks/dilated.py` times both alone at the network's
-shapes (the GPU speed set's `dilated` stage), which is what would make "auto" grouped on a
-GPU: reasoned, not measured, until then.
+The form (`FORMS`, `--depthwise_kernel`) is each layer's own `kernel_form` setting
+(`TakesKernelForm`), saved in its config: "native" TensorFlow's kernels; "grouped" the
+grouped conv on a GPU, wherever the depth multiplier is 1; "auto" the measured choice:
+native, the only form measured in the step so far. `benchmarks/dilated.py` times both
+alone at the network's shapes (the GPU speed set's `dilated` stage), which is what would
+make "auto" grouped on a GPU: reasoned, not measured, until then.
 
 The twins that take it: the ReLU-depthwise twin (`tfseg.layers.fused_conv`), including
 its dilated form where TF's would be kept, and a `Recompute` block's tail
@@ -37,19 +38,27 @@ import tensorflow as tf
 from tfseg.layers.dilated import accumulator
 
 FORMS = ("auto", "native", "grouped")
-_form = ["auto"]
 
 
-def use(form):
-    """Sets the form of the depthwise convs traced from now on: one of `FORMS`."""
+def check_form(form):
+    """A ValueError naming `FORMS` unless `form` is one of them."""
     if form not in FORMS:
         raise ValueError(f"depthwise kernel form must be one of {FORMS}, got {form!r}")
-    _form[0] = form
 
 
-def form():
-    """The form set by `use` ("auto" unless set)."""
-    return _form[0]
+class TakesKernelForm:
+    """The `kernel_form` argument (one of `FORMS`, default "auto") of a layer whose
+    depthwise convs run here: the depthwise twins and `Recompute`'s tail. Each layer
+    keeps its own, in its config too, so a saved model reloads with it; a config without
+    it (saved before it was a setting) reads "auto"."""
+
+    def __init__(self, *args, kernel_form="auto", **kwargs):
+        check_form(kernel_form)  # before the layer's own checks
+        super().__init__(*args, **kwargs)
+        self.kernel_form = kernel_form
+
+    def get_config(self):
+        return {**super().get_config(), "kernel_form": self.kernel_form}
 
 
 def has_grouped_gradient():
@@ -57,10 +66,11 @@ def has_grouped_gradient():
     return bool(tf.config.list_logical_devices("GPU"))
 
 
-def grouped(kernel):
+def grouped(kernel, form):
     """Whether a depthwise conv with this kernel ([kh, kw, C, multiplier]) runs as a
-    grouped Conv2D: the form is "grouped", the multiplier 1, and a GPU runs the step."""
-    return _form[0] == "grouped" and kernel.shape[-1] == 1 and has_grouped_gradient()
+    grouped Conv2D: `form` (its layer's `kernel_form`) is "grouped", the multiplier 1,
+    and a GPU runs the step."""
+    return form == "grouped" and kernel.shape[-1] == 1 and has_grouped_gradient()
 
 
 def _rates(dilations):
@@ -127,11 +137,12 @@ def conv_input_grad(shape, kernel, dz, **form):
                                           **form)
 
 
-def tail_backward(conv, y, dz, relu=False, channels=None):
+def tail_backward(conv, y, dz, relu=False, channels=None, kernel_form="auto"):
     """(dL/dy, {variable ref: gradient}) of the linear conv z = conv(y), or of z =
     conv(relu(y)) with `relu`, from its backprop kernels: the conv is not run again.
     `channels` (lo, hi): y is those input channels of the conv only; the kernel's
-    gradient is then that of those rows, and the bias (the caller's) has none."""
+    gradient is then that of those rows, and the bias (the caller's) has none.
+    `kernel_form`: the form (`FORMS`) of a depthwise conv's gradients."""
     strides, padding = [1, *conv.strides, 1], conv.padding.upper()
     kernel = tf.cast(conv.kernel.value, dz.dtype)
     if channels is not None:
@@ -139,7 +150,7 @@ def tail_backward(conv, y, dz, relu=False, channels=None):
     form = dict(strides=strides, padding=padding)
     backprop_filter, backprop_input = conv_filter_grad, conv_input_grad
     if type(conv) is keras.layers.DepthwiseConv2D:
-        form["grouped"] = grouped(kernel)
+        form["grouped"] = grouped(kernel, kernel_form)
         backprop_filter, backprop_input = filter_grad, input_grad
     dkernel = backprop_filter(tf.nn.relu(y) if relu else y, tf.shape(kernel), dz, **form)
     # dL/dy after the filter gradient, so after y is rebuilt: made first (it needs

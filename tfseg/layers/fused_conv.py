@@ -41,7 +41,7 @@ def _depthwise(layer, inputs, activation, pad, kernel=None):
     """`layer`'s depthwise conv of `inputs`, keeping only them; `kernel` [kh, kw, C, 1]
     where the layer's own is not in that layout (a grouped Conv2D's)."""
     kernel = ops.cast(layer.kernel if kernel is None else kernel, layer.compute_dtype)
-    grouped = conv_kernels.grouped(kernel)  # dilated by the conv: no copy to avoid
+    grouped = conv_kernels.grouped(kernel, layer.kernel_form)  # dilated: no copy to avoid
     if (not grouped and isinstance(layer, keras.layers.DepthwiseConv2D)
             and dilated.usable(layer, inputs.shape)):
         return _finish(layer, shifted_depthwise(layer, inputs, kernel, activation, pad))
@@ -139,15 +139,17 @@ class TakesInput(TakesActivation):
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
-class ActivationDepthwiseConv2D(TakesInput, keras.layers.DepthwiseConv2D):
+class ActivationDepthwiseConv2D(conv_kernels.TakesKernelForm, TakesInput,
+                                keras.layers.DepthwiseConv2D):
     """Drop-in twin of an elementwise activation [-> `ZeroPadding2D`] ->
     `keras.layers.DepthwiseConv2D` (ReLU, ReLU6, swish, hard-swish, GELU, ...; see
     `tfseg.layers.elementwise`), in either order.
 
     Same arguments and variables as the depthwise layer it replaces, plus
-    `input_activation` and `input_padding` (see `TakesInput`). Keeps only its input
-    (the activation's), and runs the activation again once the output gradient
-    arrives. Shapes: [N, H, W, C] -> [N, H', W', C * depth_multiplier].
+    `input_activation` and `input_padding` (see `TakesInput`) and `kernel_form`
+    (`conv_kernels.TakesKernelForm`). Keeps only its input (the activation's), and
+    runs the activation again once the output gradient arrives.
+    Shapes: [N, H, W, C] -> [N, H', W', C * depth_multiplier].
     """
 
     def __init__(self, *args, **kwargs):
@@ -166,11 +168,12 @@ class ReluDepthwiseConv2D(ActivationDepthwiseConv2D):
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
-class LeanDepthwiseConv2D(keras.layers.DepthwiseConv2D):
+class LeanDepthwiseConv2D(conv_kernels.TakesKernelForm, keras.layers.DepthwiseConv2D):
     """Drop-in twin of a dilated `keras.layers.DepthwiseConv2D` that keeps only its
     input, not the padded space-to-batch copy TF's dilated conv keeps (4.8x the
     input at ASPP's rate 18 on 33x33). Where that copy would be at least twice the
-    input, it makes none at all (`tfseg.layers.dilated`). Same arguments and variables.
+    input, it makes none at all (`tfseg.layers.dilated`). Same arguments and variables,
+    plus `kernel_form` (`conv_kernels.TakesKernelForm`).
     """
 
     def __init__(self, *args, **kwargs):
@@ -182,14 +185,15 @@ class LeanDepthwiseConv2D(keras.layers.DepthwiseConv2D):
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
-class ActivationConv2D(TakesInput, keras.layers.Conv2D):
+class ActivationConv2D(conv_kernels.TakesKernelForm, TakesInput, keras.layers.Conv2D):
     """Drop-in twin of an elementwise activation [-> `ZeroPadding2D`] ->
     `keras.layers.Conv2D` that keeps the activation's input instead of its output, and
     runs the activation again once the output gradient arrives. Groups: 1, or one per
     input channel with one filter each (a depthwise conv, run by the depthwise conv's
     kernels: TensorFlow's CPU kernels have no grouped-conv gradient).
     Same arguments and variables as the conv, plus `input_activation` and
-    `input_padding` (see `TakesInput`). Shapes: [N, H, W, C] -> [N, H', W', filters].
+    `input_padding` (see `TakesInput`) and, for the grouped one, `kernel_form`
+    (`conv_kernels.TakesKernelForm`). Shapes: [N, H, W, C] -> [N, H', W', filters].
 
     `scale` (a call argument, [N, 1, 1, C]): the conv's input is
     activation(inputs) * scale, the product a `keras.layers.Multiply` makes in

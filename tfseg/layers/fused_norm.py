@@ -29,33 +29,27 @@ import tensorflow as tf
 FUSED_MIN_EPSILON = 1.001e-5
 FUSED_DTYPES = (tf.float32, tf.float16, tf.bfloat16)
 
-# Which form the batch-norm twin takes where the fused kernels apply (`--fused_norm`):
-# "true" the fused kernels, "false" the unfused ops (stock Keras' own), "auto" the
-# measured choice: fused, faster on the CPU (above). On a GPU, cuDNN runs float32
-# NHWC batch norm through NCHW transposes, which may tip it the other way; until a
-# GPU measures it, "auto" is fused there too.
+# Which form a batch-norm twin takes where the fused kernels apply: its own `norm_form`
+# setting (`--fused_norm`, `tfseg.layers.InplaceBatchNormalization`). "true" the fused
+# kernels, "false" the unfused ops (stock Keras' own), "auto" the measured choice:
+# fused, faster on the CPU (above). On a GPU, cuDNN runs float32 NHWC batch norm
+# through NCHW transposes, which may tip it the other way; until a GPU measures it,
+# "auto" is fused there too.
 FORMS = ("auto", "true", "false")
-_form = ["auto"]
 
 
-def use(form):
-    """Sets the form of the batch-norm twins traced from now on: one of `FORMS`."""
+def check_form(form):
+    """A ValueError naming `FORMS` unless `form` is one of them."""
     if form not in FORMS:
         raise ValueError(f"fused norm form must be one of {FORMS}, got {form!r}")
-    _form[0] = form
 
 
-def form():
-    """The form set by `use` ("auto" unless set)."""
-    return _form[0]
-
-
-def supports(x, epsilon, synchronized):
+def supports(x, epsilon, synchronized, form="auto"):
     """Whether the fused kernels compute this batch norm exactly: a 4-D NHWC x of a
     dtype they take (not float64), an epsilon every backend accepts, and no
-    cross-replica statistics (they see one replica's batch); and the form set by
-    `use` is not "false"."""
-    return (_form[0] != "false" and len(x.shape) == 4 and x.dtype in FUSED_DTYPES
+    cross-replica statistics (they see one replica's batch); and `form` (one of
+    `FORMS`) is not "false"."""
+    return (form != "false" and len(x.shape) == 4 and x.dtype in FUSED_DTYPES
             and epsilon >= FUSED_MIN_EPSILON and not synchronized)
 
 

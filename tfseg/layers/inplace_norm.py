@@ -46,19 +46,20 @@ def _all_reduce_sum(values, synchronized):
 
 
 def inplace_batch_norm(x, gamma, beta, *, epsilon, synchronized=False, gamma_epsilon=GAMMA_EPSILON,
-                       name=None, residual=None, residual_relu=False):
+                       name=None, residual=None, residual_relu=False, norm_form="auto"):
     """Training-mode batch norm over all axes but the last, keeping only y.
 
     Returns (y in x.dtype, batch mean, biased batch variance); statistics are
     float32 (float64 for float64 x). Where TF's fused kernels apply
-    (`fused_norm.supports`), both passes run in them. `name`: the name scope of the
-    backward pass's ops (the tape calls it outside the layer's), e.g. the layer's
-    name, so memory reports can attribute them. `residual`: a tensor of y's shape
-    added to y (returned as the output); the backward pass then keeps the sum, not y.
-    `residual_relu`: add relu(residual) instead, without keeping it.
+    (`fused_norm.supports`) and `norm_form` (`fused_norm.FORMS`) is not "false", both
+    passes run in them. `name`: the name scope of the backward pass's ops (the tape
+    calls it outside the layer's), e.g. the layer's name, so memory reports can
+    attribute them. `residual`: a tensor of y's shape added to y (returned as the
+    output); the backward pass then keeps the sum, not y. `residual_relu`: add
+    relu(residual) instead, without keeping it.
     """
     axes = list(range(len(x.shape) - 1))
-    fused = fused_norm.supports(x, epsilon, synchronized)
+    fused = fused_norm.supports(x, epsilon, synchronized, norm_form)
     dtype = stat_dtype(x.dtype)
     # Read outside `backward`: a closure over x would keep it alive on an eager tape.
     x_dtype, gamma_dtype, beta_dtype = x.dtype, gamma.dtype, beta.dtype

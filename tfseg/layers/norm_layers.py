@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from tfseg.layers.fused_norm import check_form
 from tfseg.layers.gating import stat_dtype
 from tfseg.layers.inplace_norm import frozen_batch_norm, inplace_batch_norm, inplace_group_norm
 
@@ -44,7 +45,19 @@ class InplaceBatchNormalization(keras.layers.BatchNormalization):
     residual connection then keeps one tensor less; `tfseg.memory.rewrite` folds
     such Adds in). `residual_relu`: adds relu(residual) instead, without keeping it
     (ResNet's block output, a ReLU of the previous sum, feeding this block's add).
+
+    `norm_form` (`tfseg.layers.fused_norm.FORMS`, `--fused_norm`): "true" runs TF's
+    fused kernels in training where they apply, "false" the unfused ops; "auto" (the
+    default) the measured choice, fused. In its config: a saved model reloads with it.
     """
+
+    def __init__(self, *args, norm_form="auto", **kwargs):
+        check_form(norm_form)
+        super().__init__(*args, **kwargs)
+        self.norm_form = norm_form
+
+    def get_config(self):
+        return {**super().get_config(), "norm_form": self.norm_form}
 
     def call(self, inputs, training=None, mask=None, residual=None, residual_relu=False):
         stock = mask is not None or self.renorm or self.axis not in (-1, len(inputs.shape) - 1)
@@ -61,7 +74,8 @@ class InplaceBatchNormalization(keras.layers.BatchNormalization):
         gamma, beta = _affine(self, inputs)
         y, mean, variance = inplace_batch_norm(
             inputs, gamma, beta, epsilon=self.epsilon, synchronized=self.synchronized,
-            name=self.name, residual=residual, residual_relu=residual_relu)
+            name=self.name, residual=residual, residual_relu=residual_relu,
+            norm_form=self.norm_form)
         for var, value in ((self.moving_mean, mean), (self.moving_variance, variance)):
             value = tf.stop_gradient(value)
             var.assign(ops.cast(var, value.dtype) * self.momentum + value * (1.0 - self.momentum))

@@ -8,13 +8,13 @@ import tensorflow as tf
 from tensorflow.python.eager import record  # stop_recording has no public name
 
 from tfseg.layers.chunked import check_channelwise, chunk_output, joined, ranges
-from tfseg.layers.conv_kernels import tail_backward
+from tfseg.layers.conv_kernels import TakesKernelForm, tail_backward
 from tfseg.layers.dilated import accumulator
 from tfseg.layers.gating import gated
 
 
 @keras.saving.register_keras_serializable(package="tfseg")
-class Recompute(keras.layers.Layer):
+class Recompute(TakesKernelForm, keras.layers.Layer):
     """Runs `block` (a single-output `keras.Model`) and keeps only its input, or its
     list of inputs, for the backward pass, where the block runs again under a tape
     (gradient checkpointing; Chen et al., https://arxiv.org/abs/1604.06174).
@@ -45,6 +45,9 @@ class Recompute(keras.layers.Layer):
     `tfseg.layers.chunked`): the backward pass runs again and back for a k-th of the
     block's channels at a time, one chunk after the other, so the block's maps of its
     output's size live a k-th at a time. The forward pass is the same.
+
+    `kernel_form` (`tfseg.layers.conv_kernels.TakesKernelForm`): the form of a
+    `DepthwiseConv2D` tail's gradient kernels.
     """
 
     def __init__(self, block, tail=None, tail_relu=False, chunks=1, **kwargs):
@@ -114,7 +117,8 @@ class Recompute(keras.layers.Layer):
                         with keras.StatelessScope():
                             y_again = block(again if many else again[0], training=True)
                     dy, tail_grads = ((dz, {}) if tail is None
-                                      else tail_backward(tail, y_again, dz, self.tail_relu))
+                                      else tail_backward(tail, y_again, dz, self.tail_relu,
+                                                         kernel_form=self.kernel_form))
                     variables = list(variables or [])
                     inner = [v for v in variables if v.ref() not in tail_grads]
                     grads = tape.gradient(y_again, again + inner, output_gradients=dy)
@@ -144,7 +148,8 @@ class Recompute(keras.layers.Layer):
                         tape.watch(taken[(i, a, b)])
                     return taken[(i, a, b)]
                 y, weights = chunk_output(self.block, inputs, lo, hi, tape.watch)
-            dy, tail_grads = tail_backward(self.tail, y, dz, self.tail_relu, channels=(lo, hi))
+            dy, tail_grads = tail_backward(self.tail, y, dz, self.tail_relu, channels=(lo, hi),
+                                           kernel_form=self.kernel_form)
             keys = list(taken)
             grads = tape.gradient(y, [taken[k] for k in keys] + [w[4] for w in weights],
                                   output_gradients=dy)

@@ -82,10 +82,11 @@ class _Builder:
         return self.new_layers[layer]
 
     def made(self, layer, cls, extra):
-        """`layer`'s twin of class `cls`, from its config with `extra`, made once."""
+        """`layer`'s twin of class `cls`, from its config with the options' kernel forms
+        it takes and `extra`, made once."""
         if layer not in self.new_layers:
-            self.new_layers[layer] = same_scope(cls.from_config({**layer.get_config(), **extra}),
-                                                layer)
+            config = {**layer.get_config(), **self.options.forms_for(cls), **extra}
+            self.new_layers[layer] = same_scope(cls.from_config(config), layer)
             self.rebuilt.append(layer)  # its weights are copied once it is built
         return self.new_layers[layer]
 
@@ -120,7 +121,8 @@ class _Builder:
         if block.tail is None:  # a segment
             return self.recompute_layer(model, name=block.name)
         return Recompute(model, tail=self.twin(block.tail.operation), tail_relu=block.tail_relu,
-                         chunks=block.chunks, name=block.name)
+                         chunks=block.chunks, name=block.name,
+                         kernel_form=self.options.depthwise_kernel)
 
     def call(self, node, tensors):
         """`node`'s layer's twin called on the new tensors, as the node called it."""

@@ -13,9 +13,9 @@ seen, as for any Keras model saved and loaded.
 
 The twins here add no state to the stock class they subclass, so a rebuilt
 copy's stock sublayer becomes its twin by taking the twin's class (and, for a fused
-pair, one attribute): same object, same variables, nothing to copy. A pair of Dense
-layers fuses (`ActivationDense`) only in a block whose `call` tfseg knows
-(`tfseg.memory.blocks`).
+pair, one attribute; for the batch-norm twin, its kernel form from the options): same
+object, same variables, nothing to copy. A pair of Dense layers fuses
+(`ActivationDense`) only in a block whose `call` tfseg knows (`tfseg.memory.blocks`).
 """
 
 import collections
@@ -114,7 +114,8 @@ def inner_twins(layer, options):
         cls, _ = stateless_twin(sub)
         if cls is not None and (options.lean_attention if cls is LeanMultiHeadAttention
                                 else options.inplace_norm):
-            found.append(Inner(index, sub.name, type(sub), cls, ()))
+            found.append(Inner(index, sub.name, type(sub), cls,
+                               tuple(options.forms_for(cls).items())))
         more, why = _registered(sub, index, index_of, options)
         found, kept = found + more, kept + why
     for block in [layer] + subs:

@@ -7,6 +7,8 @@ asked with `RewriteOptions.on`.
 
 import dataclasses
 
+from tfseg.layers import InplaceBatchNormalization, conv_kernels, fused_norm
+
 __all__ = ["RewriteOptions", "of"]
 
 
@@ -106,6 +108,13 @@ class RewriteOptions:
     # Not a trick: whether `rewrite` weighs the tricks where its model would keep more
     # than stock's (`tfseg.memory.rewrite`); False builds them where they are found.
     weigh: bool = dataclasses.field(default=True, metadata={"switch": False})
+    # Not tricks either: the kernels' forms the twins take (`forms_for`), each twin its
+    # own, kept in its config: `depthwise_kernel` (`--depthwise_kernel`,
+    # `tfseg.layers.conv_kernels.FORMS`) the depthwise twins' and `Recompute` tails';
+    # `fused_norm` (`--fused_norm`, `tfseg.layers.fused_norm.FORMS`) the batch-norm
+    # twin's. "auto", the default, is each one's measured choice.
+    depthwise_kernel: str = dataclasses.field(default="auto", metadata={"switch": False})
+    fused_norm: str = dataclasses.field(default="auto", metadata={"switch": False})
 
     def __post_init__(self):
         # A switch is read by truth: "no", "false" and None were taken, and "no" is true.
@@ -126,6 +135,11 @@ class RewriteOptions:
                     or not isinstance(chunks, int) or chunks < 1):
                 raise ValueError(f"RewriteOptions.chunked takes (depthwise conv name, chunks "
                                  f"of at least 1) pairs, got {entry!r}")
+        for name, forms in (("depthwise_kernel", conv_kernels.FORMS),
+                            ("fused_norm", fused_norm.FORMS)):
+            if getattr(self, name) not in forms:
+                raise ValueError(f"RewriteOptions.{name} must be one of {forms}, got "
+                                 f"{getattr(self, name)!r}")
 
     @classmethod
     def names(cls):
@@ -154,6 +168,20 @@ class RewriteOptions:
             raise ValueError(f"unknown rewrite option {name!r}; the options are "
                              f"{', '.join(self.names())}")
         return getattr(self, name)
+
+    def forms_for(self, cls):
+        """{constructor argument: form} of these options' kernel forms that a layer of
+        class `cls` takes: `kernel_form` (`depthwise_kernel`) for the depthwise twins and
+        `Recompute`, `norm_form` (`fused_norm`) for the batch-norm twin; {} for others.
+
+        >>> RewriteOptions(fused_norm="false").forms_for(InplaceBatchNormalization)
+        {'norm_form': 'false'}
+        """
+        if issubclass(cls, conv_kernels.TakesKernelForm):
+            return {"kernel_form": self.depthwise_kernel}
+        if issubclass(cls, InplaceBatchNormalization):
+            return {"norm_form": self.fused_norm}
+        return {}
 
 
 def of(options):

@@ -77,7 +77,8 @@ def weigh(model, inputs, options=None, *, recompute=None):
             options, kept = fewer, without
     if kept > stock and not recompute:  # together they cost: no trick at all
         unpaid += [(name, kept, stock) for name in options.names() if options.on(name)]
-        options, kept = options.none(), stock
+        # Every switch off; the settings (the kernel forms) stay as given.
+        options, kept = options.replace(**dict.fromkeys(options.names(), False)), stock
     return Weighed(options.replace(unpaid=tuple(unpaid)), kept, stock)
 
 

@@ -10,7 +10,7 @@ from tfseg import data as data_lib
 from tfseg import split as split_lib
 from tfseg.config.names import BUILTIN_BACKBONE
 from tfseg.errors import InputError
-from tfseg.layers import conv_kernels, fused_norm
+from tfseg.layers import conv_kernels
 from tfseg.models import application_backbone, deeplab_v3_plus
 
 
@@ -64,12 +64,10 @@ def model(config, num_classes, norm=None, training=False, **overrides):
     (``application_backbone``: dilated to the output stride, with
     ``backbone_weights`` loaded) and passed as ``deeplab_v3_plus``'s ``backbone``.
     """
-    fused_norm.use(config.run.fused_norm)  # the batch-norm twins' form, read as they trace
     if config.run.depthwise_kernel == "grouped" and not conv_kernels.has_grouped_gradient():
         raise InputError("--depthwise_kernel=grouped runs on a GPU (cuDNN's grouped "
                          "convolution); TensorFlow sees none here, and its CPU kernels have no "
                          "grouped-conv gradient: give --depthwise_kernel=native or auto")
-    conv_kernels.use(config.run.depthwise_kernel)  # and the depthwise twins'
     kwargs = dataclasses.asdict(config.model)
     name, weights = kwargs.pop("backbone"), kwargs.pop("backbone_weights")
     shards = kwargs.pop("class_shards")
@@ -77,7 +75,9 @@ def model(config, num_classes, norm=None, training=False, **overrides):
         kwargs.update(class_shards=shards, class_devices=_class_devices(config, num_classes))
         if shards > num_classes:
             raise InputError(f"--class_shards: {shards} shards of {num_classes} classes")
-    kwargs = {**kwargs, "norm": norm or kwargs["norm"], **overrides}
+    # The twins' kernel forms, each twin's own setting (tfseg.memory.RewriteOptions').
+    kwargs = {**kwargs, "norm": norm or kwargs["norm"], "fused_norm": config.run.fused_norm,
+              "depthwise_kernel": config.run.depthwise_kernel, **overrides}
     if name != BUILTIN_BACKBONE:
         kwargs["middle_repeats"] = None  # Xception-65's; the config refuses another value
         kwargs["backbone"] = application_backbone(name, output_stride=kwargs["output_stride"],
