@@ -83,23 +83,22 @@ def before_tensorflow(log=print):
         log(caches.onednn_note())
 
 
-def fit_budget(config, log=print, stop=None):
+def fit_budget(config, saved, log=print, stop=None):
     """``config`` with the fastest settings that fit ``--memory_budget_gb`` on this
     machine's devices, and the record of the choice (kept in config.json); (``config``,
-    None) when ``stop`` was set while planning (the measurement under way is killed)."""
+    None) when ``stop`` was set while planning (the measurement under way is killed).
+    ``saved``: the run's config.json dict, whose plan a resumed run keeps."""
     import tensorflow as tf
 
     from tfseg import budget
-    from tfseg.evaluation.loading import num_classes
+    from tfseg.evaluation.loading import recorded_num_classes
     from tfseg.profile.measure import Stopped
-    from tfseg.runtime import files
 
     gpus = len(tf.config.list_physical_devices("GPU"))
     try:
         # MirroredStrategy() takes every GPU, else the CPU: one replica each
-        config, choice = budget.plan_run(config, num_classes(config),
-                                         saved=files.load_config(config.run.model_dir),
-                                         replicas=max(1, gpus), stop=stop)
+        config, choice = budget.plan_run(config, recorded_num_classes(config, saved),
+                                         saved=saved, replicas=max(1, gpus), stop=stop)
     except Stopped:
         log(f"{stop.signal}: memory planning stopped; nothing written")
         return config, None
@@ -121,25 +120,30 @@ def train(config=None, *, stop=None, log=print, **overrides):
     Example:
         tfseg.train(train_steps=20, model_dir="runs/try")
     """
-    config, record = config_of(config, **overrides), None  # refused before TensorFlow starts
+    config = config_of(config, **overrides)  # refused before TensorFlow starts
     before_tensorflow(log)
     from tfseg.runtime import xla_cache
 
     if config.run.jit_compile != "off":  # before TensorFlow reads XLA's flags, as the command
         xla_cache.use(config.run.compile_cache_dir, log)
-    from tfseg.runtime import device
+    from tfseg.runtime import device, files
     from tfseg.training import loop
 
-    # Split across devices, the budget is each device's: the split's cuts check it.
-    if config.run.memory_budget_gb and not config.run.model_devices:
-        config, record = fit_budget(config, log, stop)
-        if stop:
-            return dict(step=None, loss=None, stopped_by=stop.signal, checkpoint=None)
     # config.json records the device and its overhead (measured on a GPU; a run without
     # a budget needs none, so one NVML cannot measure is recorded as such).
-    record = {**(record or {}), "device": device.overhead(config.run.device_overhead_gb,
-                                                          required=False).to_dict()}
-    return loop.train(config, log=log, stop=stop, record=record)
+    record = {"device": device.overhead(config.run.device_overhead_gb, required=False).to_dict()}
+    # The model folder as the run finds it, read once, before anything is written: its
+    # config.json (a resumed run keeps its memory plan, and training checks its settings
+    # against it) and whether it holds a checkpoint to resume.
+    model_dir = config.run.model_dir
+    saved, resuming = files.load_config(model_dir), files.latest_checkpoint(model_dir) is not None
+    # Split across devices, the budget is each device's: the split's cuts check it.
+    if config.run.memory_budget_gb and not config.run.model_devices:
+        config, plan = fit_budget(config, saved, log, stop)
+        if stop:
+            return dict(step=None, loss=None, stopped_by=stop.signal, checkpoint=None)
+        record.update(plan)
+    return loop.train(config, saved, resuming, log=log, stop=stop, record=record)
 
 
 def evaluate(config=None, *, stop=None, log=print, **overrides):

@@ -52,22 +52,23 @@ def run_metrics(predictor, dataset, class_names, stop=None, skipping=False):
 
 
 class PeriodicEval:
-    """Whole-image mIoU of the model being trained, on ``data`` (the ``DataConfig`` of
-    ``config.eval_split``: ``eval_data``).
+    """Whole-image mIoU of ``model``, being trained, on ``data`` (the ``DataConfig`` of the
+    evaluation split, whole images at batch 1: ``eval_data``'s), passed as ``inference``
+    says (``inference_config(config, mode="whole")``).
 
     Kept cheap for use inside training: one whole-image pass per image (whatever
     ``--eval_mode`` says), the input pipeline and the traced forward pass built
-    once, nothing written but two TensorBoard scalars in ``MODEL_DIR/eval``,
+    once, nothing written but two TensorBoard scalars in ``model_dir``/eval,
     ``miou/whole`` and ``pixel_accuracy/whole`` (the whole-image eval run's tags, so the
     points form one curve).
     """
 
-    def __init__(self, config, model, class_names, data):
+    def __init__(self, model, class_names, data, inference, model_dir):
         self.dataset = data_lib.build_dataset(data, training=False)
         self.skipping = data.skip_bad_examples
-        self.predictor = Predictor(model, inference_config(config, mode="whole"))
+        self.predictor = Predictor(model, inference)
         self.class_names = tuple(class_names)
-        self.writer = tf.summary.create_file_writer(os.path.join(config.run.model_dir, EVAL_SUBDIR))
+        self.writer = tf.summary.create_file_writer(os.path.join(model_dir, EVAL_SUBDIR))
 
     def __call__(self, step):
         """Evaluates, writes the scalars at ``step``; returns the metrics dict (plus

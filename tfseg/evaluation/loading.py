@@ -139,11 +139,16 @@ def run_classes(config):
 def num_classes(config):
     """The class count of the run in ``config.model_dir`` (its config.json), else of
     the data set's class list (``tfseg.data.class_names``): no images are read."""
-    saved = files.load_config(config.run.model_dir)
-    dataset = config.settings_of(saved).get("dataset")
-    if saved.get("class_names") and dataset == config.data.dataset:
-        return len(saved["class_names"])
-    return len(data_lib.class_names(builders.data_config(config, training=True)))
+    return recorded_num_classes(config, files.load_config(config.run.model_dir))
+
+
+def recorded_num_classes(config, saved):
+    """``num_classes`` of a run whose config.json dict is ``saved`` ({} for none)."""
+    data = builders.data_config(config, training=True)
+    recorded = saved.get("class_names")
+    if recorded and config.settings_of(saved).get("dataset") == data.dataset:
+        return len(recorded)
+    return len(data_lib.class_names(data))
 
 
 def load_model(config, stock=False, log=print):

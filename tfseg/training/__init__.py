@@ -1,6 +1,7 @@
 """tfseg training: the distributed step, the training loop, the model-folder lock.
 
-Entry point: ``tfseg.training.loop.train(Config(...))``; main.py is the command line.
+Entry point: ``tfseg.training.loop.train(config, saved, resuming)`` (``tfseg.train`` reads
+the last two from the model folder); main.py is the command line.
 What training shares with evaluation (builders, checkpoints, signals) is ``tfseg.runtime``.
 For ``model.compile`` + ``model.fit``: ``PixelLoss`` (the step's own loss) and
 ``mean_iou(num_classes)`` (Keras' ``MeanIoU`` on logits).

@@ -19,19 +19,19 @@ from tfseg.training.outcomes import Outcomes, SkippedUpdates
 from tfseg.training.progress import Progress, memory_peak
 
 
-def periodic_eval(config, run):
+def periodic_eval(run):
     """``evaluate(step)`` for ``--eval_every`` of ``run`` (a ``TrainingRun``), or None: off,
     or not the chief (which owns the TensorBoard files; inference needs no other worker)."""
-    if not config.run.eval_every or not run.ckpts.chief:
+    if not run.config.run.eval_every or not run.ckpts.chief:
         return None
-    return PeriodicEval(config, run.model, run.source.class_names, run.eval_data)
+    return PeriodicEval(run.model, run.source.class_names, run.eval_data, run.inference,
+                        run.config.run.model_dir)
 
 
 class Stepper:
-    """Steps a prepared ``tfseg.training.loop.TrainingRun`` to ``--train_steps`` or a stop.
+    """Steps a prepared ``tfseg.training.assembly.TrainingRun`` to ``--train_steps`` or a stop.
 
     Args:
-      config, strategy: the run's.
       run: the ``TrainingRun``, restored.
       stop: the ``StopRequest`` (truthy once a signal came).
       log: called with each line.
@@ -39,26 +39,26 @@ class Stepper:
         updated as the run goes and returned by ``run()``.
     """
 
-    def __init__(self, config, strategy, run, stop, log, result):
+    def __init__(self, run, stop, log, result):
         self.config, self.strategy, self.training, self.stop, self.log = (
-            config, strategy, run, stop, log)
+            run.config, run.strategy, run, stop, log)
         self.result = result
-        settings = config.run
+        settings = run.config.run
         start = result["step"]
         # The input goes on where the checkpoint's left it. Outside the strategy's scope:
         # the pipeline's counters are this host's, not mirrored.
         dataset, self.data_stats = data_lib.build_dataset_with_stats(
             run.data, training=True, start_batch=int(run.read.numpy()))
-        self.batches = data_lib.iterate(data_lib.distribute(dataset, strategy),
+        self.batches = data_lib.iterate(data_lib.distribute(dataset, run.strategy),
                                         run.data.skip_bad_examples)
-        self.evaluate = periodic_eval(config, run)
-        self.writer = (tf.summary.create_file_writer(os.path.join(settings.model_dir, "train"))
-                       if run.ckpts.chief else tf.summary.create_noop_writer())
-        self.progress = Progress(config.optim.train_steps, start)
-        self.window_start, self.window_steps = time.perf_counter(), 0
-        self.saved_at = start if result["checkpoint"] else None  # the step saved on disk
+        self.progress = Progress(run.config.optim.train_steps, start)
         self.skipped = SkippedUpdates(settings.max_skipped_updates, log)
         self.outcomes = Outcomes(start)  # the steps' results, read only where the loop acts
+        self.saved_at = start if result["checkpoint"] else None  # the step saved on disk
+        self.evaluate = periodic_eval(run)
+        self.writer = (tf.summary.create_file_writer(os.path.join(settings.model_dir, "train"))
+                       if run.ckpts.chief else tf.summary.create_noop_writer())
+        self.window_start, self.window_steps = time.perf_counter(), 0
 
     def due(self, at):
         """Whether the loop acts at step ``at``: logs, evaluates, saves or ends."""
