@@ -21,7 +21,7 @@ Example:
 
 import keras
 
-__all__ = ["CHECKED", "call_nodes", "direct_sublayers", "forget_calls", "has_graph", "history", "input_structure",
+__all__ = ["CHECKED", "call_nodes", "direct_sublayers", "forget_calls", "has_graph", "has_history", "history", "input_structure",
            "nodes_by_depth", "nodes_in_order", "output_structure", "parent_path", "producer",
            "producing_node", "sequential_graph", "set_direct_sublayers", "set_parent_path", "sublayers",
            "variable_value", "set_variable_value"]
@@ -63,6 +63,11 @@ def parent_path(layer):
 
 def set_parent_path(layer, path):
     layer._parent_path = path
+
+
+def has_history(tensor):
+    """Whether `tensor` is a symbolic tensor a layer's call made (it has a history)."""
+    return getattr(tensor, "_keras_history", None) is not None
 
 
 def history(tensor):

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from tfseg.models import LayerPolicy, xception65, xception_features
-from tfseg.models.xception import RECOMPUTABLE, recompute_segments
+from tfseg.models.xception import RECOMPUTABLE, end_points, recompute_segments
 from tests.conftest import TINY
 
 H, W = 97, 129  # both 32k + 1, so strided and atrous grids line up exactly
@@ -76,7 +76,7 @@ def test_bad_output_stride_is_rejected():
 def test_recompute_segments_reject_blocks_that_are_not_recomputable(block):
     features = xception_features(keras.Input((H, W, 3)), **TINY)
     with pytest.raises(ValueError) as error:
-        recompute_segments(features, ("middle", block), TINY["middle_repeats"])
+        recompute_segments(end_points(features), ("middle", block), TINY["middle_repeats"])
     # The message names the bad block (only) and the allowed ones.
     assert f"cannot recompute [{block!r}]" in str(error.value)
     assert str(list(RECOMPUTABLE)) in str(error.value)
@@ -84,13 +84,13 @@ def test_recompute_segments_reject_blocks_that_are_not_recomputable(block):
 
 def test_recompute_segments_cover_every_unit_of_the_chosen_blocks():
     features = xception_features(keras.Input((H, W, 3)), **TINY)
-    segments = recompute_segments(features, ("entry_block1", "middle"), TINY["middle_repeats"])
+    segments = recompute_segments(end_points(features), ("entry_block1", "middle"), TINY["middle_repeats"])
     assert [s.name for s in segments] == ["entry_block1", "middle_unit1", "middle_unit2"]
     # Each runs from the previous unit's output: the stem's, then entry block 3's.
     assert (segments[0].start, segments[1].start) == ("entry_conv2_relu", "entry_block3_add")
     assert segments[2].start == segments[1].end == "middle_unit1_add"
     # A single unit (the budget planner's groups of middle units) is one segment.
-    single = recompute_segments(features, ("middle_unit2",), TINY["middle_repeats"])
+    single = recompute_segments(end_points(features), ("middle_unit2",), TINY["middle_repeats"])
     assert single == [segments[2]]
 
 
@@ -98,7 +98,7 @@ def test_the_stem_is_a_segment_from_the_padded_image():
     """"entry_stem": the two stem convs, from the padded image (the model's input
     starts no segment) to the stem's output, where entry block 1's segment starts."""
     features = xception_features(keras.Input((H, W, 3)), **TINY)
-    segments = recompute_segments(features, ("entry_stem", "entry_block1"), TINY["middle_repeats"])
+    segments = recompute_segments(end_points(features), ("entry_stem", "entry_block1"), TINY["middle_repeats"])
     assert [(s.name, s.start, s.end) for s in segments] == [
         ("entry_stem", "entry_conv1_pad", "entry_conv2_relu"),
         ("entry_block1", "entry_conv2_relu", "entry_block1_add")]

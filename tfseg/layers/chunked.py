@@ -20,6 +20,7 @@ says which a block holds that it cannot.
 import keras
 import tensorflow as tf
 
+from tfseg import keras_graph
 from tfseg.layers import elementwise
 from tfseg.layers.gating import gated, stat_dtype
 from tfseg.layers.resize import ResizeLike
@@ -35,8 +36,7 @@ def ranges(channels, chunks):
 
 
 def _node(tensor):
-    operation, index, _ = tensor._keras_history
-    return operation, operation._inbound_nodes[index]
+    return keras_graph.producer(tensor), keras_graph.producing_node(tensor)
 
 
 def _norm(layer):
@@ -66,7 +66,7 @@ def check_channelwise(block):
     """Raises a ValueError naming the first layer of `block` (a functional model)
     whose output channel c does not come from its inputs' channel c alone."""
     reads = {}  # id(tensor) -> how many of its nodes read it as data (a resize's reference: not)
-    for node in (n for nodes in block._nodes_by_depth.values() for n in nodes):
+    for node in keras_graph.nodes_in_order(block, inputs=True):
         layer = node.operation
         data = node.input_tensors[:1] if isinstance(layer, ResizeLike) else node.input_tensors
         for tensor in data:

@@ -7,6 +7,7 @@ import keras
 import tensorflow as tf
 from tensorflow.python.eager import record  # stop_recording has no public name
 
+from tfseg import keras_graph
 from tfseg.layers.chunked import check_channelwise, chunk_output, joined, ranges
 from tfseg.layers.conv_kernels import TakesKernelForm, tail_backward
 from tfseg.layers.dilated import accumulator
@@ -191,7 +192,8 @@ class Recompute(TakesKernelForm, keras.layers.Layer):
 def refuse_dropout(name, blocks):
     """Raises if a block that runs again has a dropout layer: the second run would draw
     other masks, and the gradients would be silently wrong."""
-    random = [layer.name for block in blocks for layer in block._flatten_layers()
+    random = [layer.name for block in blocks
+              for layer in keras_graph.sublayers(block, include_self=True)
               if isinstance(layer, keras.layers.Dropout)]
     if random:
         raise ValueError(f"{name}: cannot run a block with dropout again: {random}")

@@ -7,6 +7,7 @@ import logging
 
 import keras
 
+from tfseg import keras_graph
 from tfseg.layers import Recompute, SerialBranches
 from tfseg.memory.graph import as_functional, nested_model
 from tfseg.memory.inside import same_names, same_scope, seed_states
@@ -93,7 +94,7 @@ class _Builder:
     def _nested(self, nested):
         """`nested` rewritten, cut where a rule moved its end or start to the layer after
         or before it (`Changes.cuts`)."""
-        names = {layer.name for layer in nested._flatten_layers()}
+        names = {layer.name for layer in keras_graph.sublayers(nested, include_self=True)}
         options = self.options.replace(chunked=tuple(
             (name, k) for name, k in self.options.chunked if name in names))
         return build(cut(nested, self.summary.cuts), options,
@@ -170,7 +171,7 @@ def _outside_the_graph(layer, present):
     a model tracks as attributes and never calls (BASNet keeps its whole ResNet encoder
     and calls all of it but the stem). The outermost such layers, each once."""
     outside = []
-    for sub in layer._flatten_layers(include_self=False, recursive=False):
+    for sub in keras_graph.sublayers(layer, recursive=False):
         paths = {w.path for w in sub.weights}
         if paths and not paths & present:
             outside.append(sub)

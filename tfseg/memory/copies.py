@@ -25,6 +25,8 @@ True
 
 import keras
 
+from tfseg import keras_graph
+
 
 def shared_copy(layer, targets, _made=None):
     """A copy of `layer` whose sublayers with ids in `targets`, and those on the way to
@@ -34,7 +36,7 @@ def shared_copy(layer, targets, _made=None):
     if id(layer) in made:
         return made[id(layer)]
     copies = {}
-    for sub in layer._layers:
+    for sub in keras_graph.direct_sublayers(layer):
         copied = shared_copy(sub, targets, made)
         if copied is not sub:
             copies[id(sub)] = copied
@@ -49,8 +51,9 @@ def shared_copy(layer, targets, _made=None):
             copy.__dict__[name] = copies[id(value)]
         elif isinstance(value, (list, tuple)) and any(id(v) in copies for v in value):
             copy.__dict__[name] = _swapped(value, copies)
-    copy.__dict__["_layers"] = [copies.get(id(sub), sub) for sub in layer._layers]
-    copy.__dict__["_inbound_nodes"], copy.__dict__["_outbound_nodes"] = [], []
+    keras_graph.set_direct_sublayers(
+        copy, [copies.get(id(sub), sub) for sub in keras_graph.direct_sublayers(layer)])
+    keras_graph.forget_calls(copy)
     return copy
 
 

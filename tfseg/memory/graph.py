@@ -5,13 +5,14 @@ import collections
 
 import keras
 
+from tfseg import keras_graph
 from tfseg.memory.segments import producer
 
 
 def is_functional(model):
     """A model built from a graph of layers (the functional API, or a subclass built
     that way, as keras-hub's backbones are), which `rewrite` can take apart."""
-    return isinstance(model, keras.Model) and hasattr(model, "_nodes_by_depth")
+    return isinstance(model, keras.Model) and keras_graph.has_graph(model)
 
 
 def as_functional(model):
@@ -23,7 +24,7 @@ def as_functional(model):
     """
     if is_functional(model):
         return model
-    if isinstance(model, keras.Sequential) and getattr(model, "_functional", None) is not None:
+    if isinstance(model, keras.Sequential) and keras_graph.sequential_graph(model) is not None:
         return keras.Model(model.inputs, model.outputs, name=model.name)
     return None
 
@@ -53,15 +54,11 @@ class Graph:
     """The nodes of a functional model in topological order, and who uses what."""
 
     def __init__(self, model):
-        if not hasattr(model, "_nodes_by_depth"):
+        if not keras_graph.has_graph(model):
             raise _refusal(model)
         self.model = model
-        self.nodes = [
-            node
-            for depth in sorted(model._nodes_by_depth, reverse=True)
-            for node in model._nodes_by_depth[depth]
-            if node.operation is not None and not node.is_input
-        ]
+        self.nodes = [node for node in keras_graph.nodes_in_order(model)
+                      if node.operation is not None]
         self.consumers = collections.defaultdict(list)
         for node in self.nodes:
             for tensor in node.input_tensors:

@@ -13,6 +13,8 @@ import dataclasses
 import keras
 import tensorflow as tf
 
+from tfseg import keras_graph
+
 # Ops whose output is their input's buffer.
 ALIASING_OPS = {"Identity", "IdentityN", "StopGradient", "Reshape", "Squeeze", "ExpandDims",
                 "Snapshot", "PreventGradient", "EnsureShape"}
@@ -113,7 +115,7 @@ def kept_tensors(step_graph, loss, layer_names):
 def layer_names(model):
     """The names of `model`'s layers, those nested in blocks included."""
     return {inner.name for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)
-            for inner in layer._flatten_layers()}
+            for inner in keras_graph.sublayers(layer, include_self=True)}
 
 
 def step_kept_bytes(model, inputs):

@@ -16,6 +16,7 @@ next to it.
 
 import keras
 
+from tfseg import keras_graph
 from tfseg.layers.upsampled_conv import INTERPOLATIONS
 from tfseg.memory.segments import producer
 from tfseg.memory.twins import tuned
@@ -31,7 +32,7 @@ def _is_one_by_one(layer):
 def _called_once(graph, node):
     """`node` where it calls a nested model that is called nowhere else, else None."""
     if (node is None or not isinstance(node.operation, keras.Model)
-            or graph.shared(node.operation) or len(node.operation._inbound_nodes) != 1):
+            or graph.shared(node.operation) or len(keras_graph.call_nodes(node.operation)) != 1):
         return None
     return node
 
@@ -40,14 +41,14 @@ def final_upsampling(model):
     """The node of the `UpSampling2D` (bilinear or nearest, channels last, called once)
     that makes a functional `model`'s only output, else None. (Nothing else in the model
     reads it: a node no output needs is not in the model.)"""
-    if not hasattr(model, "_nodes_by_depth") or len(model.outputs) != 1:
+    if not keras_graph.has_graph(model) or len(model.outputs) != 1:
         return None
     output = model.outputs[0]
     node = producer(output)
     layer = node.operation
     if (node.is_input or type(layer) is not keras.layers.UpSampling2D
             or layer.interpolation not in INTERPOLATIONS or layer.data_format != "channels_last"
-            or len(layer._inbound_nodes) != 1):
+            or len(keras_graph.call_nodes(layer)) != 1):
         return None
     return node
 
@@ -69,7 +70,7 @@ def _graph_of(model):
     """A nested model's functional graph: its own, or a built `Sequential`'s."""
     if isinstance(model, keras.Sequential):
         return getattr(model, "_functional", None)
-    return model if hasattr(model, "_nodes_by_depth") else None
+    return model if keras_graph.has_graph(model) else None
 
 
 def first_conv(model):
@@ -80,14 +81,14 @@ def first_conv(model):
     if graph is None or len(graph.inputs) != 1:
         return None
     start = graph.inputs[0]
-    readers = [node for nodes in graph._nodes_by_depth.values() for node in nodes
+    readers = [node for node in keras_graph.nodes_in_order(graph, inputs=True)
                if any(t is start for t in node.input_tensors)]
     outputs = {id(t) for t in graph.outputs}
     if (len(readers) != 1 or len(readers[0].input_tensors) != 1 or id(start) in outputs
             or id(readers[0].outputs[0]) in outputs):
         return None  # the model without the conv would not start from its output
     conv = readers[0].operation
-    return conv if _is_one_by_one(conv) and len(conv._inbound_nodes) == 1 else None
+    return conv if _is_one_by_one(conv) and len(keras_graph.call_nodes(conv)) == 1 else None
 
 
 def _resize_of(node):

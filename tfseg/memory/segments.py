@@ -4,6 +4,8 @@ import dataclasses
 
 import keras
 
+from tfseg import keras_graph
+
 
 @dataclasses.dataclass(frozen=True)
 class Segment:
@@ -25,8 +27,7 @@ class Segment:
 
 def producer(tensor):
     """The node that makes a symbolic Keras tensor."""
-    history = tensor._keras_history
-    return history.operation._inbound_nodes[history.node_index]
+    return keras_graph.producing_node(tensor)
 
 
 def segment_nodes(graph, segment):

@@ -38,7 +38,7 @@ Example:
 ...         return keras.ops.relu(self.norm(self.conv(x)))
 >>> inputs = keras.Input((9, 9, 4))
 >>> model = keras.Model(inputs, Block()(inputs))
->>> traced, why = trace(model.layers[1], model.layers[1]._inbound_nodes[0])
+>>> traced, why = trace(model.layers[1], keras_graph.call_nodes(model.layers[1])[0])
 >>> [type(layer).__name__ for layer in traced.layers]
 ['InputLayer', 'Conv2D', 'BatchNormalization']
 """
@@ -49,6 +49,7 @@ import weakref
 import keras
 import numpy as np
 
+from tfseg import keras_graph
 from tfseg.memory import blocks
 from tfseg.memory.graph import Graph
 
@@ -65,7 +66,7 @@ def traceable(layer):
     module = type(layer).__module__
     return (isinstance(layer, keras.layers.Layer) and not isinstance(layer, keras.Model)
             and not module.startswith(("keras.", "tfseg."))
-            and bool(layer._flatten_layers(include_self=False))
+            and bool(keras_graph.sublayers(layer))
             and not blocks.registered(layer))
 
 
@@ -74,8 +75,7 @@ def _signature(model):
     by its class)."""
     return [id(node.operation) if isinstance(node.operation, keras.layers.Layer)
             else type(node.operation)
-            for depth in sorted(model._nodes_by_depth, reverse=True)
-            for node in model._nodes_by_depth[depth] if not node.is_input]
+            for node in keras_graph.nodes_in_order(model)]
 
 
 def _traced(layer, node, **override):

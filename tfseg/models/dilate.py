@@ -10,6 +10,7 @@ the tensors it reads, never by layer names.
 
 import keras
 
+from tfseg import keras_graph
 from tfseg.memory.patterns import Graph
 
 # The layers that downsample by their `strides` (transposed convs upsample: not these).
@@ -92,14 +93,14 @@ def rebuild(model, changes=None, names=None):
         return new_layers[layer]
 
     tensors = {id(t): keras.Input(batch_shape=t.shape, dtype=t.dtype,
-                                  name=t._keras_history.operation.name) for t in model.inputs}
-    inputs = keras.tree.map_structure(lambda t: tensors[id(t)], model._inputs_struct)
+                                  name=keras_graph.producer(t).name) for t in model.inputs}
+    inputs = keras.tree.map_structure(lambda t: tensors[id(t)], keras_graph.input_structure(model))
     for node in Graph(model).nodes:
         args, kwargs = node.arguments.fill_in(tensors)
         outputs = twin(node.operation)(*args, **kwargs)
         for old, new in zip(node.outputs, keras.tree.flatten(outputs)):
             tensors[id(old)] = new
-    outputs = keras.tree.map_structure(lambda t: tensors[id(t)], model._outputs_struct)
+    outputs = keras.tree.map_structure(lambda t: tensors[id(t)], keras_graph.output_structure(model))
     new_model = keras.Model(inputs, outputs, name=model.name)
     for old, new in new_layers.items():
         if new is not old:

@@ -2,6 +2,8 @@
 
 import keras
 
+from tfseg import keras_graph
+
 # The twins (tfseg.layers.Inplace*) subclass these, so isinstance covers them.
 NORM_TYPES = (keras.layers.BatchNormalization, keras.layers.GroupNormalization)
 
@@ -23,7 +25,7 @@ def freeze_norms(model):
     checkpoints load into frozen and unfrozen models alike. Freeze before building
     the optimizer: it makes slots for the trainable variables it is built on.
     """
-    norms = [layer for layer in model._flatten_layers(include_self=False)
+    norms = [layer for layer in keras_graph.sublayers(model)
              if isinstance(layer, NORM_TYPES)]
     for layer in norms:
         layer.trainable = False

@@ -23,7 +23,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfseg import memory
+from tfseg import keras_graph, memory
 from tfseg.errors import InputError
 from tfseg.models import xception
 from tfseg.models.deeplab import deeplab_v3_plus
@@ -185,7 +185,7 @@ def load_research_deeplab(model, checkpoint):
     too. Training state (global_step, Momentum slots, moving averages) is ignored:
     the plain variables are used, as research/deeplab's own initialisation does.
     """
-    if any(isinstance(layer, keras.layers.GroupNormalization) for layer in model._flatten_layers()):
+    if any(isinstance(layer, keras.layers.GroupNormalization) for layer in keras_graph.sublayers(model)):
         raise _group_norm(checkpoint)
     reader, shapes = _open(checkpoint)
     repeats, branches = _options(checkpoint, shapes)["middle_repeats"], _count(_ATROUS, shapes)

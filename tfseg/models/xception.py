@@ -9,6 +9,7 @@ import dataclasses
 
 import keras
 
+from tfseg import keras_graph
 from tfseg.config import RECOMPUTE_BLOCKS, unit_name
 from tfseg.memory import Segment
 from tfseg.models import policy as policy_lib
@@ -99,12 +100,18 @@ def unit_names(spec, middle_repeats=None):
     return [unit_name(spec.name, k + 1) for k in range(middle_repeats or spec.repeats)]
 
 
-def recompute_segments(features, names, middle_repeats=None, specs=XCEPTION65):
+def end_points(features):
+    """{key: the name of the layer making it} of a dict of symbolic tensors (the features
+    of `xception_features`, or a backbone's end points): what segments are cut at."""
+    return {key: keras_graph.producer(t).name for key, t in features.items()}
+
+
+def recompute_segments(ends, names, middle_repeats=None, specs=XCEPTION65):
     """`tfseg.memory.Segment`s for every unit of the named blocks (e.g. ("middle",))
     and for the named units (e.g. ("middle_unit3",)).
 
-    `features` is the dict from `xception_features`. Each segment runs from the
-    previous unit's output to this unit's output. Only the units of
+    `ends` names the layer that makes each of `xception_features`' outputs ("stem", each
+    unit's name). Each segment runs from the previous unit's output to this unit's output. Only the units of
     `RECOMPUTABLE` blocks can be: other names raise a ValueError naming them.
     """
     units = {spec.name: unit_names(spec, middle_repeats) for spec in specs}
@@ -113,15 +120,14 @@ def recompute_segments(features, names, middle_repeats=None, specs=XCEPTION65):
     if bad:
         raise ValueError(
             f"recompute: cannot recompute {bad}; recomputable blocks: {list(RECOMPUTABLE)}")
-    producer = lambda t: t._keras_history.operation.name  # noqa: E731
-    previous, segments = features["stem"], []
+    previous, segments = ends["stem"], []
     if STEM_SEGMENT in names:  # from the padded image: the model's input starts no segment
-        segments.append(Segment(STEM_SEGMENT, f"{STEM}1_pad", producer(previous)))
+        segments.append(Segment(STEM_SEGMENT, f"{STEM}1_pad", previous))
     for spec in specs:
         for name in units[spec.name]:
             if spec.name in names or name in names:
-                segments.append(Segment(name, producer(previous), producer(features[name])))
-            previous = features[name]
+                segments.append(Segment(name, previous, ends[name]))
+            previous = ends[name]
     return segments
 
 

@@ -12,6 +12,7 @@ import re
 import keras
 import tensorflow as tf
 
+from tfseg import keras_graph
 from tfseg import memory
 from tfseg.config import ARCHITECTURE, Config
 from tfseg.config.config import flag_value
@@ -29,7 +30,7 @@ def rng_state(model):
     """{layer name: seed-generator state} of the model's random layers (dropout). They are
     not among the model's weights, but a resumed run must go on drawing the masks an
     unbroken one would."""
-    return {layer.name: layer.seed_generator.state for layer in model._flatten_layers()
+    return {layer.name: layer.seed_generator.state for layer in keras_graph.sublayers(model)
             if getattr(layer, "seed_generator", None) is not None}
 
 

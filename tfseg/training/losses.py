@@ -4,6 +4,7 @@ and the mIoU metric, as ``model.fit`` takes them."""
 import keras
 import tensorflow as tf
 
+from tfseg import keras_graph
 from tfseg.data import IGNORE_LABEL
 from tfseg.layers import LogitsResize, ShardedLogits, resized_cross_entropy
 from tfseg.layers.resize import resize_bilinear
@@ -199,7 +200,7 @@ def _output_node(model):
     ``LogitsResize``, else None."""
     if not isinstance(model, keras.Model) or len(model.outputs or ()) != 1:
         return None
-    if getattr(model.outputs[0], "_keras_history", None) is None:
+    if not keras_graph.has_history(model.outputs[0]):
         return None
     node = producer(model.outputs[0])
     return node if isinstance(node.operation, LogitsResize) else None

@@ -8,6 +8,8 @@ schedule, with research/deeplab's weight decay (an L2 loss term or decoupled).
 import keras
 import tensorflow as tf
 
+from tfseg import keras_graph
+
 
 class WarmupPolyDecay(keras.optimizers.schedules.LearningRateSchedule):
     """Linear warm-up from 0 over ``warmup_steps``, then Keras' ``PolynomialDecay``.
@@ -44,7 +46,7 @@ def decayed_kernels(model):
     Depthwise kernels are left out (research/deeplab's ``regularize_depthwise=False``),
     and so are norm scales/offsets and biases (the 1-D variables).
     """
-    depthwise = {id(layer.kernel) for layer in model._flatten_layers()
+    depthwise = {id(layer.kernel) for layer in keras_graph.sublayers(model)
                  if isinstance(layer, keras.layers.DepthwiseConv2D)}
     return [v for v in model.trainable_variables
             if len(v.shape) > 1 and id(v) not in depthwise]

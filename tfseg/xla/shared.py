@@ -30,6 +30,8 @@ from tensorflow.python.framework import func_graph  # what a backward pass captu
 from tensorflow.python.ops import control_flow_state  # the zeros of unused gradients
 from tensorflow.python.ops import resource_variable_ops  # a variable on a given handle
 
+from tfseg import keras_graph
+
 
 class Template:
     """The layers of one block (`variables`: theirs, in a fixed order), run with another
@@ -93,14 +95,14 @@ def _on_handle(variable):
 @contextlib.contextmanager
 def _pointed(keras_variables_, targets):
     """Keras variables read and assign `targets` (TensorFlow variables) while entered."""
-    before = [v._value for v in keras_variables_]
+    before = [keras_graph.variable_value(v) for v in keras_variables_]
     for v, target in zip(keras_variables_, targets):
-        v._value = target
+        keras_graph.set_variable_value(v, target)
     try:
         yield
     finally:
         for v, value in zip(keras_variables_, before):
-            v._value = value
+            keras_graph.set_variable_value(v, value)
 
 
 @contextlib.contextmanager
