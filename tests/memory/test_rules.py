@@ -1,5 +1,6 @@
-"""The rewrite's rules (`tfseg.memory.rules`): one registry, run in its stated order; a
-new twin is one rule, gated by its option, and two rules planning one node fail."""
+"""The rewrite's rules (`tfseg.memory.rules`): one registry, run in the order `ORDER`
+states; a new twin is one rule, gated by its option, and two rules planning one node
+fail."""
 
 import keras
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 from tfseg import memory
 from tfseg.memory import RewriteOptions
 from tfseg.memory.plans import PASSES
-from tfseg.memory.rules import RECORDS, RULES, record, rule
+from tfseg.memory.rules import ORDER, RECORDS, RULES, record, rule
 from tfseg.models import deeplab_v3_plus
 from tests.conftest import TINY
 
@@ -62,7 +63,7 @@ BUILT_IN = {
 def test_each_rule_and_record_is_registered_once_in_order_under_real_options():
     assert {r.name: r.options for r in RULES} == BUILT_IN
     assert list(BUILT_IN) == [r.name for r in RULES]  # in this order
-    assert [r.order for r in RULES] == sorted({r.order for r in RULES})
+    assert tuple(r.name for r in RULES) == ORDER
     # Every option turns at least one rule on: none is a switch nothing reads.
     assert {o for r in RULES for o in r.options} == set(RewriteOptions.names())
     summary = memory.changes(deeplab_v3_plus(5, dropout=0.0, **TINY),
@@ -82,12 +83,11 @@ def test_each_rule_and_record_is_registered_once_in_order_under_real_options():
 def test_a_new_twin_is_one_rule_gated_by_its_option(registry):
     record("counted", lambda names: f"counted {len(names)} ReLUs")
 
-    @rule("count_relus", order=1000, option="lean_attention")
+    @rule("count_relus", option="lean_attention")  # outside ORDER: run last
     def count_relus(finding):
         for node in finding.open_nodes():
             if type(node.operation) is keras.layers.ReLU:
-                finding.replace(node.operation, CountingReLU)
-                finding.add("counted", node.operation.name)
+                finding.claim(node, twin=CountingReLU, record=("counted", node.operation.name))
 
     stock = conv_net()
     only = RewriteOptions.none().replace(lean_attention=True)
@@ -106,21 +106,30 @@ def test_a_new_twin_is_one_rule_gated_by_its_option(registry):
 
 def test_a_rule_or_record_is_refused_twice_or_under_an_unknown_option(registry):
     with pytest.raises(ValueError, match="unknown rewrite option"):
-        rule("misspelt", order=1001, option="lean_atention")
+        rule("misspelt", option="lean_atention")
     with pytest.raises(ValueError, match="'norms'"):
-        rule("norms", order=1002)
-    with pytest.raises(ValueError, match="order 30"):
-        rule("another", order=30)
+        rule("norms")
+    with pytest.raises(ValueError, match="'nowhere'"):
+        rule("another", after="nowhere")
     with pytest.raises(ValueError, match="'fused'"):
         record("fused", str)
     with pytest.raises(ValueError, match="'actions'"):
         record("actions", str)  # a name Changes holds otherwise would never be read
 
 
+def test_a_rule_from_outside_runs_right_after_the_rule_it_names_or_last(registry):
+    for name, after in (("first", "residual_folds"), ("second", "residual_folds"),
+                        ("after_first", "first"), ("last", None)):
+        rule(name, after=after)(lambda finding: None)
+    names = [r.name for r in RULES]
+    assert names[names.index("residual_folds"):] == [
+        "residual_folds", "first", "after_first", "second", "idle_norms", "last"]
+
+
 def test_two_rules_planning_one_node_fail_naming_it(registry):
-    @rule("passes_relu1_again", order=1000)
+    @rule("passes_relu1_again")
     def passes_relu1_again(finding):
-        finding.act(finding.graph.node_of("relu1"), PASSES)
+        finding.claim(finding.graph.node_of("relu1"), plan=PASSES)
 
     with pytest.raises(AssertionError, match="relu1"):
         memory.changes(conv_net())  # the activation rule passes it into conv2 already

@@ -5,12 +5,14 @@ import wrapt
 from tfseg.memory.options import RewriteOptions
 from tfseg.memory.patterns import Changes, changes
 from tfseg.memory.segments import Segment
+from tfseg.memory.twins import Twin, add_twin
 from tfseg.memory.rewrite import as_functional, rewrite
 from tfseg.memory.paying import may_keep_more, paying, weigh
 from tfseg.memory.weights import checkpoint, copy_weights, variables_by_path
 
-__all__ = ["Changes", "RewriteOptions", "Segment", "as_functional", "changes", "checkpoint",
-           "copy_weights", "may_keep_more", "paying", "rewrite", "variables_by_path", "weigh"]
+__all__ = ["Changes", "RewriteOptions", "Segment", "Twin", "add_twin", "as_functional",
+           "changes", "checkpoint", "copy_weights", "may_keep_more", "paying", "rewrite",
+           "variables_by_path", "weigh"]
 
 
 def _register_hub_blocks(keras_hub):

@@ -30,11 +30,11 @@ def _chunks(finding, depthwise):
     return chunks
 
 
-@rule("recompute_segments", order=0)
+@rule("recompute_segments")
 def recompute_segments(finding):
     """Each `recompute` segment as a `Block`; where a plain ReLU only the segment reads
     makes its input, the segment starts before it (`relu_start`)."""
-    graph, changes = finding.graph, finding.changes
+    graph = finding.graph
     for segment in finding.recompute:
         inside, start, end = segment_nodes(graph, segment)
         relu = relu_start(graph, start, inside | finding.taken)
@@ -42,18 +42,16 @@ def recompute_segments(finding):
             inside, start = inside | {id(relu)}, relu.input_tensors[0]
         if inside & finding.taken:
             raise ValueError(f"recompute segment {segment.name!r} overlaps another")
-        finding.taken |= inside
-        finding.segment_of.update(dict.fromkeys(inside, segment.name))
         branches = None
         if segment.branches:
             shared = set() if relu is None else {id(relu)}
             branches = branch_nodes(segment, inside, start, end, shared)
-        changes.blocks[id(end)] = Block(segment.name, frozenset(inside), start,
-                                        branches=branches)
-        finding.add("recomputed", segment.name)
+        finding.claim(end, block=Block(segment.name, frozenset(inside), start,
+                                       branches=branches),
+                      record=("recomputed", segment.name))
 
 
-@rule("separable", order=10, option="fuse_separable")
+@rule("separable", option="fuse_separable")
 def separable(finding):
     """Each [activation/ZeroPadding2D ->] DepthwiseConv2D -> norm [-> activation] ->
     linear Conv2D chain as `Recompute(block, tail=conv)`; inside a recompute segment
@@ -68,19 +66,15 @@ def separable(finding):
         if not chain or inside & fused or len(owners) != 1:
             continue
         depthwise = next(n for n in chain if type(n.operation) is keras.layers.DepthwiseConv2D)
-        finding.add("separable", (depthwise.operation.name, node.operation.name))
         fused |= inside | {id(node)}
-        finding.tails.add(id(node))
-        owner = owners.pop()
-        blocks = (finding.changes.blocks if owner is None
-                  else finding.changes.inner.setdefault(owner, {}))
-        blocks[id(node)] = Block(f"{depthwise.operation.name}_recompute", frozenset(inside),
-                                 chain[0].input_tensors[0], tail=node,
-                                 tail_relu=relu_last(chain), chunks=_chunks(finding, depthwise))
-    finding.taken |= fused
+        block = Block(f"{depthwise.operation.name}_recompute", frozenset(inside),
+                      chain[0].input_tensors[0], tail=node, tail_relu=relu_last(chain),
+                      chunks=_chunks(finding, depthwise))
+        finding.claim(node, block=block, within=owners.pop(),
+                      record=("separable", (depthwise.operation.name, node.operation.name)))
 
 
-@rule("resized_concat_separable", order=8, option="lean_upsampling")
+@rule("resized_concat_separable", option="lean_upsampling")
 def resized_concat_separable(finding):
     """A separable conv (as `separable`'s) whose depthwise reads a `Concatenate` of
     resized maps (DeepLabv3+'s decoder: the ASPP output upsampled by 4 beside the
@@ -103,18 +97,16 @@ def resized_concat_separable(finding):
             continue
         depthwise = chain[0]
         finding.add("resized_concat", depthwise.operation.name)
-        finding.add("separable", (depthwise.operation.name, node.operation.name))
-        finding.taken |= inside | {id(node)}
-        finding.tails.add(id(node))
         name = f"{depthwise.operation.name}_recompute"
-        finding.changes.blocks[id(node)] = Block(name, inside, starts, tail=node,
-                                                 tail_relu=relu_last(chain),
-                                                 chunks=_chunks(finding, depthwise))
+        block = Block(name, inside, starts, tail=node, tail_relu=relu_last(chain),
+                      chunks=_chunks(finding, depthwise))
+        finding.claim(node, block=block,
+                      record=("separable", (depthwise.operation.name, node.operation.name)))
         # Inside it, the depthwise conv keeps the maps too, not the concatenation:
         # its gradients rebuild it, so the block's second run never holds it beside
         # the norm's backward pass.
-        finding.changes.inner[name] = {id(depthwise): Block(
-            f"{depthwise.operation.name}_input", frozenset(before), starts, tail=depthwise)}
+        finding.claim(depthwise, within=name, block=Block(
+            f"{depthwise.operation.name}_input", frozenset(before), starts, tail=depthwise))
 
 
 def relu_last(chain):

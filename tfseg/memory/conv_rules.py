@@ -10,7 +10,6 @@ from tfseg.layers import (
     ActivationDepthwiseConv2D,
     ActivationMaxPooling2D,
     ActivationSeparableConv2D,
-    LeanDepthwiseConv2D,
     ReluConv2D,
     ReluDepthwiseConv2D,
 )
@@ -20,7 +19,7 @@ from tfseg.memory.matchers import (activation_chain, depthwise_conv2d, plain_con
 from tfseg.memory.plans import DROPS, PASSES, Parts, Scaled
 from tfseg.memory.rules import record, rule
 from tfseg.memory.segments import producer
-from tfseg.memory.twins import DENSE_TWINS, tuned
+from tfseg.memory.twins import DENSE_TWINS, tuned, twin_rule
 
 record("fused", lambda pairs: f"fused {len(pairs)} activation+layer pairs")
 record("scaled", lambda pairs: f"folded {len(pairs)} channel scales into convs")
@@ -39,18 +38,17 @@ def take_activation(finding, node, relu_twin, twin):
     act, pad = activation_chain(finding.graph, node)
     if act is None:
         return False
-    finding.add("fused", (act.operation.name, node.operation.name))
-    finding.act(act, PASSES)
+    finding.claim(act, plan=PASSES, record=("fused", (act.operation.name, node.operation.name)))
     plain = elementwise.is_plain_relu(act.operation)
-    extra = {} if plain else {"input_activation": elementwise.serialize(act.operation)}
+    config = {} if plain else {"input_activation": elementwise.serialize(act.operation)}
     if pad is not None:
-        finding.act(pad, PASSES)
-        extra["input_padding"] = pad.operation.padding
-    finding.replace(node.operation, relu_twin if plain else twin, **extra)
+        finding.claim(pad, plan=PASSES)
+        config["input_padding"] = pad.operation.padding
+    finding.claim(node, twin=relu_twin if plain else twin, config=config)
     return True
 
 
-@rule("tuned_layers", order=5)
+@rule("tuned_layers")
 def tuned_layers(finding):
     """Says which convs and dense layers keep no twin for their LoRA terms or quantized
     kernel (`twins.tuned`); the rules that would twin them pass them by."""
@@ -62,7 +60,7 @@ def tuned_layers(finding):
             finding.add("kept_stock", (layer.name, why))
 
 
-@rule("shared_relus", order=20, option=("fuse_relu_depthwise", "fuse_relu_conv"))
+@rule("shared_relus", option=("fuse_relu_depthwise", "fuse_relu_conv"))
 def shared_relu(finding):
     """A plain ReLU read by several convs (and ReLUs, and Adds a norm folds) is not made:
     each reader takes it in (`matchers.shared_relus`)."""
@@ -71,11 +69,12 @@ def shared_relu(finding):
                          options.fuse_relu_conv,
                          fold_adds=options.inplace_norm and options.fold_residual)
     for relu, (twins, adds) in found.items():
-        finding.act(relu, PASSES)
-        finding.relu_residuals |= adds
-        for name, cls in twins.items():
-            finding.add("fused", (relu.operation.name, name))
-            finding.changes.replacements[name] = (cls, {})
+        finding.claim(relu, plan=PASSES)
+        for add in adds:
+            finding.claim(add, fold_relu=True)
+        for conv, cls in twins.items():
+            finding.claim(conv, twin=cls, record=("fused", (relu.operation.name,
+                                                           conv.operation.name)))
 
 
 # The twins of a concatenation's readers, which take in the ReLUs before it.
@@ -112,7 +111,7 @@ def relu_concat(graph, node, taken):
     return (relus, readers) if readers else None
 
 
-@rule("relu_concat", order=35, option="fuse_relu_conv")
+@rule("relu_concat", option="fuse_relu_conv")
 def relu_concat_readers(finding):
     """A `Concatenate` of plain ReLUs read only by convs and pools
     (`relu_concat`): each reader takes the ReLUs' inputs, the outputs of the
@@ -123,19 +122,16 @@ def relu_concat_readers(finding):
         if found is None or any(r.operation.name in finding.replaced for r in found[1]):
             continue
         relus, readers = found
-        finding.add("relu_concat", node.operation.name)
         for relu in relus:
-            finding.act(relu, PASSES)
-        finding.act(node, DROPS)
+            finding.claim(relu, plan=PASSES)
+        finding.claim(node, plan=DROPS, record=("relu_concat", node.operation.name))
         parts = [int(t.shape[-1]) for t in node.input_tensors]
         for reader in readers:
-            layer = reader.operation
-            finding.replace(layer, _PARTS_TWINS[type(layer)], input_activation="relu",
-                            input_parts=parts)
-            finding.act(reader, Parts(node))
+            finding.claim(reader, twin=_PARTS_TWINS[type(reader.operation)], plan=Parts(node),
+                          config={"input_activation": "relu", "input_parts": parts})
 
 
-@rule("activation_max_pooling", order=40, option="fuse_relu_conv")
+@rule("activation_max_pooling", option="fuse_relu_conv")
 def activation_max_pooling(finding):
     """Activation -> MaxPooling2D (ResNet's stem) as `ActivationMaxPooling2D`."""
     for node in finding.open_nodes():
@@ -145,7 +141,7 @@ def activation_max_pooling(finding):
             take_activation(finding, node, ActivationMaxPooling2D, ActivationMaxPooling2D)
 
 
-@rule("activation_dense", order=80, option="fuse_relu_conv")
+@rule("activation_dense", option="fuse_relu_conv")
 def activation_dense(finding):
     """Elementwise activation -> stock `Dense`/`EinsumDense` (not LoRA or quantized) as
     its `DENSE_TWINS` twin: a transformer MLP's GELU output is not kept."""
@@ -156,13 +152,12 @@ def activation_dense(finding):
         act, pad = activation_chain(finding.graph, node)
         if act is None or pad is not None:
             continue
-        finding.add("fused", (act.operation.name, layer.name))
-        finding.act(act, PASSES)
-        finding.replace(layer, DENSE_TWINS[type(layer)],
-                        input_activation=elementwise.serialize(act.operation))
+        finding.claim(act, plan=PASSES, record=("fused", (act.operation.name, layer.name)))
+        finding.claim(layer, twin=DENSE_TWINS[type(layer)],
+                      config={"input_activation": elementwise.serialize(act.operation)})
 
 
-@rule("separable_layers", order=89, option="fuse_separable")
+@rule("separable_layers", option="fuse_separable")
 def separable_layers(finding):
     """[Activation [-> ZeroPadding2D] ->] `SeparableConv2D` (Xception's, as one layer) as
     `ActivationSeparableConv2D`, which keeps neither the activation's output nor the
@@ -175,10 +170,11 @@ def separable_layers(finding):
         finding.add("separable_layers", layer.name)
         if not take_activation(finding, node, ActivationSeparableConv2D,
                                ActivationSeparableConv2D):
-            finding.replace(layer, ActivationSeparableConv2D, input_activation=None)
+            finding.claim(layer, twin=ActivationSeparableConv2D,
+                          config={"input_activation": None})
 
 
-@rule("activation_depthwise", order=91, option="fuse_relu_depthwise")
+@rule("activation_depthwise", option="fuse_relu_depthwise")
 def activation_depthwise(finding):
     """Activation [-> ZeroPadding2D] -> DepthwiseConv2D as `ReluDepthwiseConv2D` or
     `ActivationDepthwiseConv2D`."""
@@ -187,7 +183,7 @@ def activation_depthwise(finding):
             take_activation(finding, node, ReluDepthwiseConv2D, ActivationDepthwiseConv2D)
 
 
-@rule("activation_conv", order=92, option="fuse_relu_conv")
+@rule("activation_conv", option="fuse_relu_conv")
 def activation_conv(finding):
     """Activation [-> ZeroPadding2D] -> Conv2D (also one grouped per channel: a depthwise
     conv) as `ReluConv2D` or `ActivationConv2D`."""
@@ -197,7 +193,7 @@ def activation_conv(finding):
             take_activation(finding, node, ReluConv2D, ActivationConv2D)
 
 
-@rule("scaled_conv", order=93, option="fuse_relu_conv")
+@rule("scaled_conv", option="fuse_relu_conv")
 def scaled_conv(finding):
     """Squeeze-and-excitation's `Multiply([x, s])` -> Conv2D as `ActivationConv2D(x,
     scale=s)`, which does not keep the product."""
@@ -207,17 +203,11 @@ def scaled_conv(finding):
         found = scaled_input(finding.graph, node)
         if found is not None:
             multiply, full, scale = found
-            finding.add("scaled", (multiply.operation.name, node.operation.name))
-            finding.act(multiply, DROPS)
-            finding.act(node, Scaled(full, scale))
-            finding.replace(node.operation, ActivationConv2D, input_activation=None)
+            finding.claim(multiply, plan=DROPS,
+                          record=("scaled", (multiply.operation.name, node.operation.name)))
+            finding.claim(node, twin=ActivationConv2D, config={"input_activation": None},
+                          plan=Scaled(full, scale))
 
 
-@rule("lean_dilated", order=94, option="lean_dilated")
-def lean_dilated(finding):
-    """Every other dilated DepthwiseConv2D as `LeanDepthwiseConv2D`."""
-    for node in finding.open_nodes():
-        if (plain_conv(finding.graph, node) is keras.layers.DepthwiseConv2D
-                and tuple(node.operation.dilation_rate) != (1, 1)):
-            finding.add("lean", node.operation.name)
-            finding.replace(node.operation, LeanDepthwiseConv2D)
+# Every other dilated DepthwiseConv2D as `LeanDepthwiseConv2D`: `TWINS`' row.
+twin_rule("lean_dilated", "lean")

@@ -24,11 +24,12 @@ import weakref
 
 import keras
 
-from tfseg.layers import ActivationDense, LeanMultiHeadAttention
+from tfseg import keras_graph
+from tfseg.layers import ActivationDense
 from tfseg.layers.elementwise import ELEMENTWISE_FUNCTIONS
 from tfseg.memory import blocks
 from tfseg.memory.copies import shared_copy
-from tfseg.memory.twins import stateless_twin
+from tfseg.memory.twins import twin_inside
 
 log = logging.getLogger("tfseg.memory")
 
@@ -111,11 +112,10 @@ def inner_twins(layer, options):
     found, kept = _registered(layer, 0, index_of, options)  # a registered block itself
     subs = members[1:]
     for index, sub in enumerate(subs, start=1):
-        cls, _ = stateless_twin(sub)
-        if cls is not None and (options.lean_attention if cls is LeanMultiHeadAttention
-                                else options.inplace_norm):
-            found.append(Inner(index, sub.name, type(sub), cls,
-                               tuple(options.forms_for(cls).items())))
+        row = twin_inside(sub)  # a stock norm or attention layer (`twins.TWINS`)
+        if row is not None and options.on(row.option):
+            found.append(Inner(index, sub.name, type(sub), row.twin,
+                               tuple(options.forms_for(row.twin).items())))
         more, why = _registered(sub, index, index_of, options)
         found, kept = found + more, kept + why
     for block in [layer] + subs:
@@ -131,13 +131,13 @@ def same_scope(twin, layer):
     Keras 3 records that scope in `_parent_path` on a layer's first call and builds its
     variables under it; there is no public way to set it.
     """
-    twin._parent_path = getattr(layer, "_parent_path", None)
+    keras_graph.set_parent_path(twin, keras_graph.parent_path(layer))
     return twin
 
 
 def _members(layer):
     """`layer` and its sublayers, in the order `Inner.index` counts them."""
-    return layer._flatten_layers(include_self=True)
+    return keras_graph.sublayers(layer, include_self=True)
 
 
 def _settings(layer):
@@ -159,7 +159,7 @@ def same_names(copy, layer):
     `layer` was made (`dense_4`), where both have the same kinds in the same order:
     before `copy` is built, their variables' paths follow; after, their dropouts'
     random states keep their keys in a checkpoint (`tfseg.runtime.state`)."""
-    subs, originals = (l._flatten_layers(include_self=False) for l in (copy, layer))
+    subs, originals = (keras_graph.sublayers(l) for l in (copy, layer))
     if [type(a) for a in subs] == [type(b) for b in originals]:
         for sub, original in zip(subs, originals):
             sub.name = original.name
@@ -203,7 +203,7 @@ def _from_config(layer, twins, args, kwargs):
     outputs = same_scope(copy, layer)(*args, **kwargs)
     if [t[:2] for t in _weights(layer)] != [t[:2] for t in _weights(copy)]:
         return None, None, "rebuilt from its config, its variables differ"
-    subs, originals = (l._flatten_layers(include_self=False) for l in (copy, layer))
+    subs, originals = (keras_graph.sublayers(l) for l in (copy, layer))
     if [_settings(a) for a in subs] != [_settings(b) for b in originals]:
         # A config that leaves out a setting of a sublayer (an epsilon, a frozen
         # norm) rebuilds another computation with the same variables.
@@ -222,7 +222,7 @@ def why_not_rebuilt(layer, twins, node):
     layer as long as its sublayers' settings and the inputs' shapes stay (a rewrite
     finds the changes of a model and of each model nested in it more than once)."""
     key = (tuple(twins), tuple((tuple(t.shape), t.dtype) for t in node.input_tensors),
-           tuple(map(_settings, layer._flatten_layers(include_self=False))))
+           tuple(map(_settings, keras_graph.sublayers(layer))))
     known = _REBUILDS.setdefault(layer, {})
     if key not in known:
         tensors = {id(t): keras.Input(batch_shape=t.shape, dtype=t.dtype)

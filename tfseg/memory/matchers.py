@@ -4,10 +4,11 @@ residual adds."""
 
 import keras
 
+from tfseg import keras_graph
 from tfseg.layers import elementwise
 from tfseg.layers.recompute import is_linear_conv
 from tfseg.memory.segments import producer
-from tfseg.memory.twins import NORM_TWINS, fusable_conv, tuned
+from tfseg.memory.twins import CHANNEL_NORMS, fusable_conv, tuned
 
 # Elementwise and deterministic, so a separable block can run them again.
 _ACTIVATIONS = (keras.layers.ReLU, keras.layers.Activation)
@@ -17,7 +18,7 @@ def _recorded(op):
     """The operation class `op` (a `keras.ops` function) records in a functional graph:
     `x + y` in a traced block's call (`tfseg.memory.traced`) is that op, not a layer."""
     x = keras.KerasTensor((1, 1))
-    return type(op(x, x)._keras_history.operation)
+    return type(keras_graph.producer(op(x, x)))
 
 
 # A two-input sum or product, as a layer or as the op a traced call records.
@@ -50,7 +51,7 @@ def activation_chain(graph, node):
 
 
 def shared_relus(graph, taken, fuse_relu_depthwise, fuse_relu_conv, fold_adds):
-    """{ReLU node: ({conv name: twin}, {id(Add node)})} for each plain ReLU used by
+    """{ReLU node: ({conv node: twin}, [Add nodes])} for each plain ReLU used by
     several nodes, each of them a conv that can take the ReLU in (its twin), a plain
     ReLU (a ReLU of a ReLU is that ReLU: it can read the ReLU's input as it is) or an
     Add whose other input is a norm that will fold it in (with `fold_adds`; see
@@ -69,13 +70,13 @@ def shared_relus(graph, taken, fuse_relu_depthwise, fuse_relu_conv, fold_adds):
                 or id(node.outputs[0]) in graph.outputs
                 or graph.shared(node.operation)):
             continue
-        twins, adds = {}, set()
+        twins, adds = {}, []
         for user in users:
             twin = fusable_conv(graph, user.operation, fuse_relu_depthwise, fuse_relu_conv)
             if twin is not None and id(user) not in taken:
-                twins[user.operation.name] = twin
+                twins[user] = twin
             elif id(user) not in taken and foldable(user, node.outputs[0]):
-                adds.add(id(user))
+                adds.append(user)
             elif not elementwise.is_plain_relu(user.operation):
                 break
         else:
@@ -101,7 +102,7 @@ def _foldable(graph, taken):
         if type(node.operation) not in ADDS or len(node.input_tensors) != 2:
             return False
         (other,) = [t for t in node.input_tensors if t is not tensor] or [None]
-        return (other is not None and type(producer(other).operation) in NORM_TWINS
+        return (other is not None and type(producer(other).operation) in CHANNEL_NORMS
                 and norm_folds(graph, taken, node, other, tensor))
     return foldable
 
@@ -114,7 +115,7 @@ def separable_chain(graph, conv):
     chain, node = [], graph.sole_feeder(conv)
     if node is not None and type(node.operation) in _ACTIVATIONS:
         chain, node = [node], graph.sole_feeder(node)
-    for kind in (tuple(NORM_TWINS), (keras.layers.DepthwiseConv2D,)):
+    for kind in (CHANNEL_NORMS, (keras.layers.DepthwiseConv2D,)):
         if node is None or type(node.operation) not in kind:
             return None
         chain, node = [node, *chain], graph.sole_feeder(node)
@@ -185,7 +186,6 @@ def plain_conv(graph, node):
     if layer.data_format != "channels_last" or getattr(layer, "groups", 1) != 1:
         return None
     return kind
-
 
 
 def depthwise_conv2d(graph, node):

@@ -14,7 +14,7 @@ record("upsampled", lambda pairs: f"moved {len(pairs)} upsamplings after the 1x1
 record("loss_resize", lambda names: f"the training loss takes the logits before {names[0]}")
 
 
-@rule("resized_concat_conv", order=60, option="lean_upsampling")
+@rule("resized_concat_conv", option="lean_upsampling")
 def resized_concat(finding):
     """Resized maps concatenated for a nested model that starts with a 1x1 conv: the
     conv takes them in (`ResizedConcatConv2D`), the nested model starts after it."""
@@ -26,14 +26,14 @@ def resized_concat(finding):
             continue
         nested, conv, sizes, resizes = found
         for part in resizes:
-            finding.act(part, PASSES)  # the twin resizes
-        finding.act(node, ConcatConv(conv, sizes))
-        finding.changes.cuts.setdefault(nested.operation.name, {})["start"] = conv.output
-        finding.add("upsampled", (f"{node.operation.name} of {len(resizes)} resized maps",
-                                  f"{nested.operation.name}/{conv.name}"))
+            finding.claim(part, plan=PASSES)  # the twin resizes
+        finding.claim(node, plan=ConcatConv(conv, sizes))
+        finding.claim(nested, cut=("start", conv.output), record=(
+            "upsampled", (f"{node.operation.name} of {len(resizes)} resized maps",
+                          f"{nested.operation.name}/{conv.name}")))
 
 
-@rule("upsampled_conv", order=90, option="lean_upsampling")
+@rule("upsampled_conv", option="lean_upsampling")
 def upsampled(finding):
     """A nested model's final upsampling that only a 1x1 conv reads: the conv takes it
     in (`UpsampledConv2D`), the nested model ends before it."""
@@ -44,17 +44,15 @@ def upsampled(finding):
         if found is None:
             continue
         nested, upsampling = found
-        layer = node.operation
-        finding.add("upsampled", (f"{nested.operation.name}/{upsampling.operation.name}",
-                                  layer.name))
-        end = upsampling.input_tensors[0]
-        finding.changes.cuts.setdefault(nested.operation.name, {})["end"] = end
-        finding.replace(layer, UpsampledConv2D,
-                        input_upsampling=upsampling.operation.size,
-                        input_interpolation=upsampling.operation.interpolation)
+        finding.claim(nested, cut=("end", upsampling.input_tensors[0]), record=(
+            "upsampled", (f"{nested.operation.name}/{upsampling.operation.name}",
+                          node.operation.name)))
+        finding.claim(node, twin=UpsampledConv2D,
+                      config={"input_upsampling": upsampling.operation.size,
+                              "input_interpolation": upsampling.operation.interpolation})
 
 
-@rule("logits_resize", order=95, option="lean_upsampling")
+@rule("logits_resize", option="lean_upsampling")
 def logits_resize(finding):
     """A `ResizeLike` that makes a single-output model's output from a 4-D map: a
     `LogitsResize`, whose input tfseg's training loss takes instead, keeping the small
@@ -66,5 +64,4 @@ def logits_resize(finding):
         layer = node.operation
         if (type(layer) is ResizeLike and id(node.outputs[0]) in graph.outputs
                 and not graph.shared(layer) and len(node.input_tensors[0].shape) == 4):
-            finding.replace(layer, LogitsResize)
-            finding.add("loss_resize", layer.name)
+            finding.claim(layer, twin=LogitsResize, record=("loss_resize", layer.name))

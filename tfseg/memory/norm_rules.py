@@ -1,14 +1,12 @@
 """The rules for norms, attention and subclassed blocks: output-only norms, their
 residual adds, lean attention, and twins inside rebuilt copies of blocks."""
 
-import keras
-
 from tfseg.memory.inside import inner_twins, why_not_rebuilt
 from tfseg.layers.elementwise import is_plain_relu
 from tfseg.memory.matchers import residual_folds
 from tfseg.memory.plans import DROPS, FoldedNorm, Rebuilt
 from tfseg.memory.rules import record, rule
-from tfseg.memory.twins import NORM_TWINS, stateless_twin
+from tfseg.memory.twins import twin_rule
 
 record("inplace", lambda names: f"made {len(names)} norms output-only")
 record("residual", lambda pairs: f"folded {len(pairs)} residual adds into their norms")
@@ -25,7 +23,7 @@ record("idle_norms", lambda names: (
 record("kept_stock", lambda kept: "; ".join(f"kept {name} stock: {why}" for name, why in kept))
 
 
-@rule("traced_blocks", order=2, option="trace_blocks")
+@rule("traced_blocks", option="trace_blocks")
 def traced_blocks(finding):
     """Names the subclassed blocks taken apart from traces of their calls, which
     `tfseg.memory.patterns.changes` does before the rules run (`traced.inline`)."""
@@ -33,45 +31,16 @@ def traced_blocks(finding):
         finding.add("traced", name)
 
 
-@rule("norms", order=30, option="inplace_norm")
-def norms(finding):
-    """Every stock `BatchNormalization` and `GroupNormalization` as its output-only twin
-    (once, also for a layer called twice)."""
-    for node in finding.open_nodes():
-        layer = node.operation
-        if type(layer) in NORM_TWINS:
-            finding.add("inplace", layer.name)
-            finding.replace(layer, NORM_TWINS[type(layer)])
+# Stock `BatchNormalization` and `GroupNormalization` as their output-only twins; then
+# `LayerNormalization` and `RMSNormalization` (a layer norm whose gamma starts at zero
+# stays stock, and the summary says why); then `MultiHeadAttention` as
+# `LeanMultiHeadAttention`: `TWINS`' rows.
+twin_rule("norms", "inplace")
+twin_rule("layer_norms", "layer_norms")
+twin_rule("attention", "attention")
 
 
-def _stateless(finding, kinds, record_name):
-    for node in finding.open_nodes():
-        layer = node.operation
-        if type(layer) not in kinds:
-            continue
-        cls, why = stateless_twin(layer)
-        if why is not None:
-            finding.add("kept_stock", (layer.name, why))
-        elif cls is not None:
-            finding.add(record_name, layer.name)
-            finding.replace(layer, cls)
-
-
-@rule("layer_norms", order=50, option="inplace_norm")
-def layer_norms(finding):
-    """Stock `LayerNormalization` and `RMSNormalization` as output-only twins (a layer
-    norm whose gamma starts at zero stays stock, and the summary says why)."""
-    _stateless(finding, (keras.layers.LayerNormalization, keras.layers.RMSNormalization),
-               "layer_norms")
-
-
-@rule("attention", order=51, option="lean_attention")
-def attention(finding):
-    """Stock `MultiHeadAttention` as `LeanMultiHeadAttention`."""
-    _stateless(finding, (keras.layers.MultiHeadAttention,), "attention")
-
-
-@rule("inside_blocks", order=70)
+@rule("inside_blocks")
 def inside_blocks(finding):
     """Subclassed layers as copies rebuilt with twins inside (`tfseg.memory.inside`);
     each of the options decides for its own twins there. A layer whose copy would not
@@ -86,14 +55,15 @@ def inside_blocks(finding):
             if not_rebuilt and layer.name in finding.untraced:
                 not_rebuilt = f"{finding.untraced[layer.name]}; {not_rebuilt}"
             why += [(layer.name, not_rebuilt)] if not_rebuilt else []
-            kept += [k for k in why if k not in kept]
+            for item in [k for k in why if k not in kept]:
+                finding.add("kept_stock", item)
             if twins and not not_rebuilt:
-                inside[layer.name] = twins
+                finding.add("inside", (layer.name, twins))
         if layer.name in inside:
-            finding.act(node, Rebuilt(inside[layer.name]))
+            finding.claim(node, plan=Rebuilt(inside[layer.name]))
 
 
-@rule("idle_norms", order=110, option="inplace_norm")
+@rule("idle_norms", option="inplace_norm")
 def idle_norms(finding):
     """Keeps stock the norms whose every reader is a plain ReLU left stock by the rules
     before. That ReLU keeps its output for its gradient, so an output-only norm would
@@ -101,7 +71,7 @@ def idle_norms(finding):
     needs more temporaries than stock's fused one: it saves nothing and raises the peak."""
     # A node in a block (a recomputed segment, a fused separable conv) is run by it.
     planned = finding.changes.actions.keys() | finding.taken
-    idle, busy = set(), set()
+    idle, busy, norms = set(), set(), {}
     for node in finding.graph.nodes:
         name = node.operation.name
         if name not in finding.changes.inplace:
@@ -111,13 +81,12 @@ def idle_norms(finding):
             is_plain_relu(r.operation) and id(r) not in planned
             and r.operation.name not in finding.replaced for r in readers)
         (idle if stock_relus and id(node) not in planned else busy).add(name)
+        norms[name] = node.operation
     for name in sorted(idle - busy):
-        finding.changes.inplace.remove(name)
-        del finding.replaced[name]
-        finding.add("idle_norms", name)
+        finding.claim(norms[name], stock=True, record=("idle_norms", name))
 
 
-@rule("residual_folds", order=100, option="fold_residual")
+@rule("residual_folds", option="fold_residual")
 def residual_fold(finding):
     """A two-input `Add` right after an output-only norm, into the norm
     (`matchers.residual_folds`); where a shared ReLU's reader, the norm adds relu(it)."""
@@ -128,6 +97,6 @@ def residual_fold(finding):
         raise AssertionError("a shared ReLU's add was marked to fold and is not folded")
     by_id = {id(node): node for node in finding.graph.nodes}
     for add, (norm, other) in folds.items():
-        finding.add("residual", (norm.operation.name, by_id[add].operation.name))
-        finding.act(norm, DROPS)
-        finding.act(by_id[add], FoldedNorm(norm, other, relu=add in finding.relu_residuals))
+        finding.claim(norm, plan=DROPS,
+                      record=("residual", (norm.operation.name, by_id[add].operation.name)))
+        finding.claim(by_id[add], plan=FoldedNorm(norm, other, relu=add in finding.relu_residuals))
