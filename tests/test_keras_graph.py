@@ -87,3 +87,14 @@ def test_parent_path_and_variable_value():
     np.testing.assert_array_equal(layer.bias.numpy(), [1, 1])
     kg.set_variable_value(layer.bias, before)
     np.testing.assert_array_equal(layer.bias.numpy(), [0, 0])
+
+
+def test_slot_index_and_remake_variable():
+    dense = keras.layers.Dense(2, name="dense")
+    dense.build((None, 3))
+    optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+    optimizer.build([dense.kernel, dense.bias])
+    assert kg.slot_index(optimizer, dense.bias) == 1
+    assert optimizer.momentums[kg.slot_index(optimizer, dense.kernel)].shape == (3, 2)
+    kg.remake_variable(dense.bias, np.array([2.0, 3.0], "float32"))
+    np.testing.assert_array_equal(dense.bias.numpy(), [2, 3])

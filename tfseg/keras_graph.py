@@ -21,10 +21,12 @@ Example:
 
 import keras
 
-__all__ = ["CHECKED", "call_nodes", "direct_sublayers", "forget_calls", "has_graph", "has_history", "history", "input_structure",
-           "nodes_by_depth", "nodes_in_order", "output_structure", "parent_path", "producer",
-           "producing_node", "sequential_graph", "set_direct_sublayers", "set_parent_path", "sublayers",
-           "variable_value", "set_variable_value"]
+__all__ = ["CHECKED", "call_nodes", "direct_sublayers", "forget_calls", "has_graph",
+           "has_history", "history", "input_structure", "nodes_by_depth", "nodes_in_order",
+           "output_structure", "parent_path", "producer", "producing_node",
+           "remake_variable", "sequential_graph", "set_direct_sublayers",
+           "set_parent_path", "set_variable_value", "slot_index", "sublayers",
+           "variable_value"]
 
 # The Keras versions this module's reads were checked against (`tests/test_keras_graph.py`).
 CHECKED = ("3.15",)
@@ -129,6 +131,18 @@ def input_structure(model):
 def output_structure(model):
     """The structure of a functional model's outputs as it was built (`_outputs_struct`)."""
     return model._outputs_struct
+
+
+def remake_variable(variable, value):
+    """Makes `variable`'s backend value again from `value` (`Variable._initialize`), under
+    the caller's device scope: there is no public way to move a variable to a device."""
+    variable._initialize(value)
+
+
+def slot_index(optimizer, variable):
+    """The index of `variable`'s slots (momentum ...) in a built Keras `optimizer`
+    (`Optimizer._get_variable_index`): the slots are listed, not keyed by variable."""
+    return optimizer._get_variable_index(variable)
 
 
 def variable_value(variable):

@@ -12,8 +12,7 @@ import re
 import keras
 import tensorflow as tf
 
-from tfseg import keras_graph
-from tfseg import memory
+from tfseg import keras_graph, memory
 from tfseg.config import ARCHITECTURE, Config
 from tfseg.config.config import flag_value
 from tfseg.errors import InputError
@@ -51,7 +50,7 @@ def optimizer_state(optimizer, model):
         raise TypeError(f"tfseg checkpoints hold SGD state, not {type(inner).__name__}'s")
     state = {"iterations": inner.iterations}
     if inner.momentums:
-        state["momentum"] = {v.path: inner.momentums[inner._get_variable_index(v)]
+        state["momentum"] = {v.path: inner.momentums[keras_graph.slot_index(inner, v)]
                              for v in model.trainable_variables}
     if inner is not optimizer:
         state[LOSS_SCALE] = {"dynamic_scale": optimizer.dynamic_scale,

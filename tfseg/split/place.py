@@ -11,6 +11,7 @@ buys memory, not speed. No scheduler, no pipeline.
 import keras
 import tensorflow as tf
 
+from tfseg import keras_graph
 from tfseg.memory.graph import Graph
 
 
@@ -93,5 +94,5 @@ def place(model, parts, devices):
                 with tf.device(device):
                     # Keras' own initialisation of a variable from a value, made again under
                     # the device scope; the value crosses from the old device.
-                    variable._initialize(variable.numpy())
+                    keras_graph.remake_variable(variable, variable.numpy())
     return PlacedModel(model.input, model.output, placement, name=model.name)
