@@ -44,7 +44,7 @@ from PIL import Image  # noqa: E402
 from tfseg.data import (DataConfig, DataStats, build_dataset_with_stats,  # noqa: E402
                         cityscapes, pairs_dataset, read_tfrecords, transforms,
                         write_synthetic_cityscapes, write_tfrecords)
-from tfseg.data.decode import decode_pairs  # noqa: E402
+from tfseg.data.pairs import decode_pairs  # noqa: E402
 
 AUTOTUNE = tf.data.AUTOTUNE
 # "Clearly faster": a margin well beyond the trial-to-trial spread on a shared machine.

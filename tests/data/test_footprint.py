@@ -11,7 +11,8 @@ import tensorflow as tf
 from PIL import Image
 
 from tfseg.data import DataConfig, build_dataset, camvid, cityscapes, voc, write_tfrecords
-from tfseg.data.decode import decode_image, decode_pairs, pairs_dataset
+from tfseg.data.decode import decode_image
+from tfseg.data.pairs import decode_pairs, pairs_dataset
 from tfseg.data.footprint import cgroup_available, decoded_bytes, image_size, mem_available
 from tfseg.errors import InputError
 from tests.data.test_camvid import _tree as camvid_tree

@@ -12,7 +12,8 @@ from tfseg.config import DATASETS
 from tfseg.data import (ade20k, camvid, cityscapes, folder, order, png, synthetic, transforms,
                         voc)
 from tfseg.data.config import DataConfig
-from tfseg.data.decode import load_pair, pairs_dataset, pairs_to_examples
+from tfseg.data.decode import load_pair
+from tfseg.data.pairs import pairs_dataset, pairs_to_examples
 from tfseg.data.feed import as_fit_pairs, distribute, iterate
 from tfseg.data.pipeline import (build_dataset, build_dataset_with_stats,
                                  class_names, get_source, palette)

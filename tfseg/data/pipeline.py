@@ -27,7 +27,7 @@ import os
 import tensorflow as tf
 
 from tfseg.data import footprint, order, tfrecords
-from tfseg.data.decode import decode_pairs, pairs_dataset
+from tfseg.data.pairs import decode_pairs, pairs_dataset
 from tfseg.data.feed import require_reachable
 from tfseg.data.registry import reader
 from tfseg.data.source import IGNORE_LABEL, as_int32

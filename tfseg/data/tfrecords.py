@@ -20,7 +20,8 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from tfseg.data.decode import decode_image, pairs_dataset, pairs_to_examples
+from tfseg.data.decode import decode_image
+from tfseg.data.pairs import pairs_dataset, pairs_to_examples
 from tfseg.data.feed import iterate
 from tfseg.io.outputs import require_folder, staged
 from tfseg.data.registry import register_reader
