@@ -93,6 +93,8 @@ def _large_tree(root):
     return str(root)
 
 
+# Slow: a fresh process decodes the 192 full-size pairs twice (23 s of CPU in CI's fast tier).
+@pytest.mark.slow
 @pytest.mark.xdist_group("measure")
 def test_host_memory_of_a_training_epoch(tmp_path):
     root = _large_tree(tmp_path / "large")
