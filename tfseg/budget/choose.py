@@ -3,8 +3,9 @@
 The budget is the card's memory; the device's own overhead is taken off first
 (`tfseg.runtime.device.overhead`: measured on a GPU, 0 on the CPU,
 `--device_overhead_gb` when given). Then each plan of the frontier
-(`tfseg.budget.frontier`) is predicted by the static estimate of its step (traced in
-a fresh process, never run: `tfseg.profile.measure` with `run_steps=False`):
+(`tfseg.budget.frontier`) is predicted by the static estimate of its step
+(`tfseg.budget.estimates`: traced in a fresh process, never run, by
+`tfseg.profile.measure` with `run_steps=False`):
 weights, optimizer state and the batch, plus the simulated peak. Each plan runs
 longer than the one before it, so the fastest that fits is the first, in frontier
 order, that fits. Where the budget is tight, a prediction within `MARGIN` of it
@@ -13,13 +14,14 @@ instead.
 """
 
 import dataclasses
-import functools
 import os
 
 from tfseg.config import Config
 from tfseg.errors import InputError
 from tfseg.budget import fit as fit_lib
-from tfseg.budget.frontier import Plan, candidates, frontier
+# estimate_frontier: re-exported, `tfseg.budget` takes it from here.
+from tfseg.budget.estimates import FrontierEstimates, estimate_frontier  # noqa: F401
+from tfseg.budget.frontier import Plan
 from tfseg.profile import measure as measure_lib
 from tfseg.profile.step import StepConfig
 from tfseg.runtime import device as device_lib
@@ -78,85 +80,6 @@ def _gb(size):
     return f"{size / GIB:.3g} GiB"
 
 
-def _total(result):
-    return result["base_bytes"] + result["peak_over_base_bytes"]
-
-
-class _Frontier:
-    """The frontier of `step` and what is known of each plan: static estimates (each
-    traced in a fresh process, once) and measured totals."""
-
-    def __init__(self, step, log, measure, stop=None):
-        self.step, self.log = step, log
-        self.measure = functools.partial(measure, stop=stop) if stop is not None else measure
-        self.base = step.replace(analyze=True, analyze_batches=(), run_steps=False)
-        self.estimates, self.measured = {}, {}
-        repeats = step.run.model.middle_repeats
-        self.analysis = self.estimate(Plan("memory_saving", True))["analysis"]
-        # Another backbone than Xception-65: the head's segments only.
-        self.plans = frontier(candidates(self.analysis.get("segments", {}), repeats,
-                                         backbone=step.run.model.backbone), repeats)
-        seconds = self.estimates["memory_saving"].get("wall_seconds", 0.0)
-        self.log(f"{len(self.plans)} plans on the frontier, each estimated in a fresh "
-                 f"process of about {seconds:.0f} s: at most about "
-                 f"{seconds * (len(self.plans) - 1):.0f} s more")
-
-    def estimate(self, plan):
-        if plan.name not in self.estimates:
-            count = f" ({len(self.estimates) + 1}/{len(self.plans)})" if hasattr(
-                self, "plans") else ""
-            self.log(f"estimating {plan.describe()}{count} ...")
-            self.estimates[plan.name] = self.measure(self.base.replace(
-                variant=plan.variant, recompute_blocks=plan.recompute))
-        return self.estimates[plan.name]
-
-    def predicted(self, i):
-        return _total(self.estimate(self.plans[i]))
-
-    def measured_total(self, i):
-        plan = self.plans[i]
-        if plan.name not in self.measured:
-            self.log(f"verifying {plan.describe()} with one measured step ...")
-            try:
-                self.measured[plan.name] = _total(self.measure(self.base.replace(
-                    variant=plan.variant, recompute_blocks=plan.recompute, run_steps=True,
-                    analyze=False, timed_steps=0)))
-            except measure_lib.OutOfMemory:
-                self.measured[plan.name] = float("inf")
-        return self.measured[plan.name]
-
-    def time_ratio(self, plan):
-        """Estimated step time over memory saving's: from the plan's own traced step
-        where it was estimated, else from the seconds its recompute adds."""
-        seconds = self.analysis.get("estimated_step_seconds")
-        if not seconds:
-            return None
-        own = self.estimates.get(plan.name, {}).get("analysis", {})
-        return round((own.get("estimated_step_seconds") or seconds + plan.recompute_seconds)
-                     / seconds, 3)
-
-    def points(self):
-        return tuple({
-            "name": p.name, "describe": p.describe(), "memory_saving": p.memory_saving,
-            "recompute": list(p.recompute),
-            "predicted_bytes": _total(self.estimates[p.name]) if p.name in self.estimates
-            else None,
-            # a step that ran out of memory is recorded as such: config.json stays JSON
-            "measured_bytes": None if self.measured.get(p.name) in (None, float("inf"))
-            else self.measured[p.name],
-            "measured_out_of_memory": self.measured.get(p.name) == float("inf"),
-            "time_over_memory_saving": self.time_ratio(p)} for p in self.plans)
-
-
-def estimate_frontier(step, log=print, measure=measure_lib.measure, stop=None):
-    """Every plan of `step`'s frontier, estimated (the report's table and plot): the
-    `Choice.points` dicts. `stop`: as `choose`'s."""
-    plans = _Frontier(step, log, measure, stop)
-    for i in range(len(plans.plans)):
-        plans.predicted(i)
-    return plans.points()
-
-
 def choose(step, budget_bytes, overhead, verify=True, log=print, measure=measure_lib.measure,
            margin=MARGIN, stop=None):
     """The fastest plan of `step`'s frontier whose step fits `budget_bytes - overhead`.
@@ -175,7 +98,7 @@ def choose(step, budget_bytes, overhead, verify=True, log=print, measure=measure
     largest batch or square crop that would fit it.
     """
     room = budget_bytes - overhead
-    plans = _Frontier(step, log, measure, stop)
+    plans = FrontierEstimates(step, log, measure, stop)
     slack = margin if verify else 0.0
 
     def fits(i):

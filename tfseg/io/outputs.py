@@ -4,16 +4,13 @@ run, sees the old output or the new, never a mix or a torn file.
 
 Here, below every package that writes (``tfseg.data`` writes TFRecords), with no
 TensorFlow. ``staged`` is the one mechanism: ``replaced_file`` and ``replaced_folder``
-are its two common uses.
+are its two common uses; ``require_*`` check a flag's folder before a mode works.
 
-Signals: where SIGTERM or SIGINT would end the process at once (their default handling:
-predict, export, convert and report run so), they end the write instead: one that
-arrives while an output is built removes what was built, one that arrives while it is
-renamed into place waits for the last rename; then the signal takes its usual course
-(the process ends with it). Where a handler of tfseg's own is in place (training and
-eval stop between steps), nothing changes: the write finishes. A kill -9 can leave a
-staging folder behind (``.tfseg-staging-PID-*``): the next write into that folder
-removes it, and puts back an entry that the kill caught between two renames.
+Signals: a SIGTERM or SIGINT that would end the process at once ends the write instead
+(``tfseg.io.interrupts``): what was built is removed, or the renames finish first, and
+then the signal takes its usual course. A kill -9 can leave a staging folder behind
+(``.tfseg-staging-PID-*``): the next write into that folder removes it, and puts back an
+entry that the kill caught between two renames.
 
 Example:
     with replaced_folder("runs/x/export") as new:   # an empty folder beside the old one
@@ -24,79 +21,14 @@ import contextlib
 import os
 import shutil
 import signal
-import sys
 import tempfile
-import threading
 
 from tfseg.errors import InputError
+from tfseg.io.interrupts import Interrupted, SignalGuard
 
 STAGING_PREFIX = ".tfseg-staging-"
 _NEW, _OLD = "new", "old"
-_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _ACTIVE = set()  # this process's staging folders in use (a pid can outlive a container)
-
-
-class Interrupted(BaseException):
-    """A signal during a write (a BaseException, as KeyboardInterrupt: not an error that
-    code in between may handle)."""
-
-
-class _Guard:
-    """SIGTERM and SIGINT, where their handling is the default, end the write instead of
-    the process (see the module), then are delivered as they would have been."""
-
-    def __init__(self):
-        self.signum = None
-        self.hold = False  # True while renaming into place or cleaning up: no raising
-        self._again = False  # raise once more: the first raise was lost in a finalizer
-        self._previous = {}
-        self._hook = self._timer = None
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in _SIGNALS:
-                if signal.getsignal(sig) in (signal.SIG_DFL, signal.default_int_handler):
-                    self._previous[sig] = signal.signal(sig, self._handle)
-            if self._previous:
-                self._hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
-        return self
-
-    def _handle(self, signum, frame):
-        first = self.signum is None
-        self.signum = self.signum or signum
-        if (first or self._again) and not self.hold:
-            self._again = False
-            raise Interrupted(signal.Signals(signum).name)
-
-    def _unraisable(self, unraisable):
-        """A signal that lands while a finalizer (`__del__`, TensorFlow's freeing of a
-        function) runs raises there, and Python ignores what a finalizer raises: the
-        write would go on and a traceback be printed. It is raised again instead, in the
-        code the finalizer interrupted."""
-        if isinstance(unraisable.exc_value, Interrupted) and self.signum is not None:
-            # From another thread, a little later: a signal raised here would be handled
-            # here, in this hook, which ignores what it raises too.
-            self._again = True
-            self._timer = threading.Timer(0.01, os.kill, (os.getpid(), self.signum))
-            self._timer.start()
-        else:
-            self._hook(unraisable)
-
-    def __exit__(self, *exc):
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        if self._previous:
-            sys.unraisablehook = self._hook
-        if self._timer is not None:
-            self._timer.cancel()
-        self._previous = {}
-        if self.signum is not None:
-            # Its usual course, now that the output is whole: the default handling ends
-            # the process (SIGINT raises KeyboardInterrupt).
-            sys.stdout.flush()
-            sys.stderr.flush()
-            signal.raise_signal(self.signum)
-        return False
 
 
 def _alive(pid):
@@ -202,7 +134,7 @@ def staged(folder, last=()):
     ``stage.dir`` under their final names; when the block ends, they replace those of
     ``folder``, names in ``last`` last. On an exception or a signal nothing in
     ``folder`` changes (see the module on signals)."""
-    with _Guard() as guard:
+    with SignalGuard() as guard:
         guard.hold = True  # (a signal now would leave a staging folder that none removes)
         stage = Stage(folder, last)
         guard.hold = False

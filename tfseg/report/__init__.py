@@ -4,7 +4,7 @@ budget.
 `config` (what to measure), `compare` (the variants side by side), `fit`
 (`tfseg.budget.fit`: the largest batch and crop under a budget), `verify` (those sizes
 measured: `max_sizes`), `progress` (the report's time bound, progress lines and stop
-request) and `render` (the table, report.md, report.json and the chart).
+request), `render` (the table, report.md and report.json) and `charts` (the PNG charts).
 """
 
 from tfseg.budget import fit

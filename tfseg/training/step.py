@@ -5,43 +5,10 @@ import tensorflow as tf
 
 from tfseg.layers.gating import gated
 from tfseg.training.guard import kept_unless, selects
+from tfseg.training.l2 import l2_penalty, with_l2
 from tfseg.models import normalize
 from tfseg.split import PlacedModel
 from tfseg.xla import Blocks, tf_variables
-
-
-def l2_penalty(weight_decay, kernels):
-    """research/deeplab's ``l2_regularizer``: ``weight_decay / 2 * sum(kernel ** 2)``.
-
-    Its gradient ``weight_decay * kernel`` joins the data gradient, so it goes
-    through momentum (unlike the optimizer's decoupled decay). The step adds that
-    gradient itself (``_with_l2``), not through the tape.
-    """
-    return 0.5 * weight_decay * tf.add_n([tf.reduce_sum(tf.square(v.value)) for v in kernels])
-
-
-def _with_l2(grads, variables, decayed, coefficient):
-    """``grads`` of ``variables`` plus ``coefficient * kernel`` for the ``decayed`` kernels.
-
-    Added after the tape, not by it: the tape's gradient of the penalty tiles the
-    loss's gradient to each kernel's shape and multiplies twice, and its buffers are
-    ready as soon as the backward pass starts (they need only the loss's), so they
-    can wait, kernel-sized, for the data gradients (what it saves:
-    docs/benchmarks.md).
-
-    Each ``coefficient * kernel`` is made only once its data gradient exists (a
-    control dependency; XLA fuses the multiply into the add). Otherwise TF's
-    executor runs the multiplies, which need nothing from the backward pass, at its
-    start, and a scaled copy of every kernel waits through it.
-    """
-    decayed = {id(v) for v in decayed}
-    out = []
-    for g, v in zip(grads, variables):
-        if id(v) in decayed:
-            with tf.control_dependencies([g]):
-                g = g + tf.cast(coefficient, v.dtype) * v.value
-        out.append(g)
-    return out
 
 
 def make_train_step(strategy, model, optimizer, loss_fn, step, jit_compile="off",
@@ -205,8 +172,8 @@ class _TrainStep:
         share = self.weight_decay / (self.strategy.num_replicas_in_sync * self.accum_steps)
         loss += l2_penalty(share, self.decayed)
         # Scaled as the loss is (the loss-scale optimizer unscales them all).
-        return loss, _with_l2(grads, self.variables, self.decayed,
-                              self.optimizer.scale_loss(tf.constant(share)))
+        return loss, with_l2(grads, self.variables, self.decayed,
+                             self.optimizer.scale_loss(tf.constant(share)))
 
     def bad(self, loss, grads):
         """1 where ``loss`` (or, without a loss-scale optimizer, a gradient) is not
