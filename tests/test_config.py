@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from tests import command
 from tfseg.config import DATASETS, SECTIONS, Config, Data, Model, flag_table
 from tfseg.config.names import BACKBONES
 from tfseg.config.values import kind_of
@@ -61,6 +62,22 @@ def test_cross_section_rules_name_a_flag():
         Config.from_flat(jit_compile=True, strategy="mirrored")
     with pytest.raises(InputError, match="^--warmup_steps: "):
         Config.from_flat(train_steps=10, warmup_steps=10)
+
+
+@pytest.mark.parametrize("args,line", [
+    # A short --train_steps alone: the default warm-up is what does not fit.
+    (("--train_steps=3",), "--warmup_steps: must be >= 0 and smaller than --train_steps=3, "
+                           "got 25 (its default)"),
+    (("--train_steps=3", "--warmup_steps=5"),
+     "--warmup_steps: must be >= 0 and smaller than --train_steps=3, got 5"),
+    # 0 is a multiple of every stride: the stride rule would not say what is wrong.
+    (("--crop_size=0",), "--crop_size: each side must be at least 1, got 0,0"),
+    (("--learning_rate=-1",), "--learning_rate: must be > 0, got -1.0"),
+])
+def test_a_refusal_echoes_the_value_and_what_it_is_checked_against(args, line):
+    proc = command.run("--mode=validate", *args)
+    assert proc.returncode == 2 and proc.stderr.strip() == f"tfseg: error: {line}", \
+        proc.stderr
 
 
 def test_flat_names_route_to_their_sections():

@@ -33,3 +33,12 @@ def test_help_and_its_absl_spellings_are_the_same_help():
     for spelling in ("-h", "--helpfull", "--helpshort"):
         proc = command.run("--mode=train", spelling)
         assert proc.returncode == 0 and proc.stdout == usage.text(), spelling
+
+
+def test_a_flag_whose_help_gives_its_default_says_it_once():
+    """--data_service's help ends "(default: in-process)": the help adds no second one."""
+    entries = usage.text().split("\n  --")
+    data_service = next(e for e in entries if e.startswith("data_service "))
+    assert data_service.count("default") == 1, data_service
+    assert all(entry.count("(default:") <= 1 for entry in entries)
+    assert next(e for e in entries if e.startswith("train_steps ")).endswith("(default: 1300)")

@@ -160,6 +160,15 @@ def test_a_failed_save_is_one_line_removes_its_files_and_keeps_the_latest(run):
     np.testing.assert_array_equal(kernel, kernels[6])
 
 
+def test_a_failed_first_save_says_there_is_no_checkpoint_yet(tmp_path):
+    """There is no checkpoint to name as the latest: the line says so."""
+    proc = _limited_save(tmp_path, 1, limit=64)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith(f"--model_dir: could not save checkpoint 1 in {tmp_path} (")
+    assert proc.stdout.strip().endswith("; there is no checkpoint yet"), proc.stdout
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_checkpoint_the_system_will_not_read_stops_the_run_without_falling_back(run):
     """An I/O error (here a folder where the index goes, as the system would refuse a file
     for EIO, a permission or a stale handle) is no proof of damage: falling back would

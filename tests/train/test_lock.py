@@ -66,6 +66,21 @@ def test_two_runs_starting_together_on_a_stale_lock_never_both_win(tmp_path):
         time.sleep(0.1)
 
 
+def test_a_failed_run_removes_the_lock_file_and_the_folders_it_made_and_nothing_else(
+        tmp_path):
+    """A refused run (a missing data set, found once the folder is held) leaves the
+    folder as it found it."""
+    with pytest.raises(InputError, match="refused"):
+        with ModelDirLock(str(tmp_path / "new" / "run")):
+            raise InputError("refused")
+    assert os.listdir(tmp_path) == []
+    (tmp_path / ".lock").write_text("")  # a previous run's: not this run's to remove
+    with pytest.raises(InputError, match="refused"):
+        with ModelDirLock(str(tmp_path)):
+            raise InputError("refused")
+    assert os.listdir(tmp_path) == [".lock"] and (tmp_path / ".lock").read_text() == ""
+
+
 def test_importing_the_lock_imports_no_tensorflow():
     """main.py takes the lock before it builds anything: a second run is refused at once,
     without TensorFlow's seconds of import."""

@@ -18,7 +18,8 @@ from tests.train.conftest import run_main, start_main
 from tfseg.config import Config
 from tfseg.data import cityscapes
 from tfseg.errors import InputError
-from tfseg.evaluation.predict import predict, train_to_label_ids
+from tfseg.evaluation.loading import Classes
+from tfseg.evaluation.predict import _require_format, predict, train_to_label_ids
 
 VAL_CITY = ("leftImg8bit", "val", "synth2")
 
@@ -96,6 +97,13 @@ def test_label_ids_of_a_model_of_other_classes_exits_2_naming_the_flag(trained, 
                                "label ids"), lines[0]
     assert "part0, part1, part2, ... (19)" in lines[0]
     assert not out.exists() or not os.listdir(out)
+
+
+def test_label_ids_refusal_lists_a_few_classes_without_an_ellipsis():
+    few = Classes(("background", "thing one", "thing two"), np.zeros((3, 3), np.uint8))
+    with pytest.raises(InputError) as error:
+        _require_format("label_ids", few)
+    assert "classes are background, thing one, thing two (3); use" in str(error.value)
 
 
 def _good_and_bad_inputs(data_dir, folder):

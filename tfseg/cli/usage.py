@@ -67,8 +67,9 @@ def text():
         for field in dataclasses.fields(cls):
             flag = field.metadata["flag"] or field.name
             help_ = field.metadata["help"].replace("``", "")
-            lines.append(_entry(f"--{flag}", f"{help_} (default: {default_text(defaults[flag])})",
-                                width))
+            if "default:" not in help_:  # a help that says its default says it once
+                help_ += f" (default: {default_text(defaults[flag])})"
+            lines.append(_entry(f"--{flag}", help_, width))
     lines += ["",
               "  --recipe=NAME           read a recipe's flags here (--mode=recipes lists them)",
               "  --verbose               also print TensorFlow's start-up and INFO lines",

@@ -51,8 +51,11 @@ class Data:
               f"{','.join(map(str, self.scale_range))}")
         check(not self.data_service or self.data_service.startswith("grpc://"),
               "data_service", f"must look like grpc://HOST:PORT, got {self.data_service!r}")
-        check(self.cache_max_gb > 0, "cache_max_gb", "must be > 0")
+        check(self.cache_max_gb > 0, "cache_max_gb", f"must be > 0, got {self.cache_max_gb}")
         check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        # Before Config's stride rule, which 0 (a multiple of every stride) would pass.
+        check(min(self.crop_size) >= 1, "crop_size",
+              f"each side must be at least 1, got {','.join(map(str, self.crop_size))}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +105,8 @@ class Model:
         check(self.output_stride in (8, 16, 32), "output_stride",
               f"must be 8, 16 or 32, got {self.output_stride}")
         one_of(self.norm, NORMS, "norm")
-        check(self.width_multiplier > 0, "width_multiplier", "must be > 0")
+        check(self.width_multiplier > 0, "width_multiplier",
+              f"must be > 0, got {self.width_multiplier}")
         check(self.middle_repeats >= 1, "middle_repeats", "must be >= 1")
         check(0 <= self.dropout < 1, "dropout", f"must be in [0, 1), got {self.dropout}")
         check(self.class_shards >= 0, "class_shards", f"must be >= 0, got {self.class_shards}")
@@ -172,13 +176,16 @@ class Optim:
 
     def __post_init__(self):
         parse_fields(self)
-        check(self.train_steps >= 1, "train_steps", "must be >= 1")
-        check(self.learning_rate > 0, "learning_rate", "must be > 0")
+        check(self.train_steps >= 1, "train_steps", f"must be >= 1, got {self.train_steps}")
+        check(self.learning_rate > 0, "learning_rate", f"must be > 0, got {self.learning_rate}")
         check(0 <= self.end_learning_rate <= self.learning_rate, "end_learning_rate",
               "must be >= 0 and at most --learning_rate")
-        check(self.lr_power > 0, "lr_power", "must be > 0")
+        check(self.lr_power > 0, "lr_power", f"must be > 0, got {self.lr_power}")
+        # The default warm-up is longer than a short --train_steps alone: say it is in play.
+        default = " (its default)" if self.warmup_steps == type(self).warmup_steps else ""
         check(0 <= self.warmup_steps < self.train_steps, "warmup_steps",
-              "must be >= 0 and smaller than --train_steps")
+              f"must be >= 0 and smaller than --train_steps={self.train_steps}, got "
+              f"{self.warmup_steps}{default}")
         check(0 <= self.momentum < 1, "momentum", f"must be in [0, 1), got {self.momentum}")
         check(self.weight_decay >= 0, "weight_decay", "must be >= 0")
         one_of(self.weight_decay_type, WEIGHT_DECAY_TYPES, "weight_decay_type")

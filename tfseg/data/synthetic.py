@@ -19,6 +19,7 @@ from tfseg.data import cityscapes, registry
 from tfseg.data.cityscapes import LABEL_ID_TO_TRAIN_ID
 from tfseg.data.registry import register_reader
 from tfseg.errors import InputError
+from tfseg.io.folders import missing, remove_empty
 
 # Cityscapes label id -> (base RGB, texture). Colour and texture are both
 # class-specific so that neither alone is needed to tell classes apart.
@@ -111,7 +112,8 @@ def write_synthetic_cityscapes(root, num_train=40, num_val=10, height=128, width
 
     Raises:
       InputError: ``root`` holds a synthetic set made with other arguments, or files
-        that are no synthetic set (naming what it holds and the layout it looks like).
+        that are no synthetic set (naming what it holds and the layout it looks like),
+        or cannot be written (a full or read-only disk; nothing is left behind).
     """
     params = dict(num_train=num_train, num_val=num_val, height=height, width=width, seed=seed)
     marker = os.path.join(root, MARKER)
@@ -127,14 +129,20 @@ def write_synthetic_cityscapes(root, num_train=40, num_val=10, height=128, width
     # Written to a staging folder and renamed into place, so that processes starting
     # together (the workers of a multi-worker run) never read or write a half set.
     parent = os.path.dirname(os.path.abspath(root))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".synthetic-", dir=parent)
-    os.chmod(staging, 0o755)  # mkdtemp's 0700 would become root's mode
+    made, staging = missing(parent), None
     try:
+        os.makedirs(parent, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".synthetic-", dir=parent)
+        os.chmod(staging, 0o755)  # mkdtemp's 0700 would become root's mode
         _write(staging, params)
         _move_into_place(staging, root)
+    except OSError as error:  # a full or read-only disk
+        raise InputError(f"--data_dir: could not write the synthetic set into {root}: "
+                         f"{error.strerror or error}") from None
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        remove_empty(made)  # a failed write leaves no folder of its own
     return root
 
 

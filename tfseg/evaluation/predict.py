@@ -61,10 +61,11 @@ def train_to_label_ids():
 def _require_format(output_format, classes):
     """Raise ``InputError`` naming --output_format when the run's classes do not allow it."""
     if output_format == "label_ids" and tuple(classes.class_names) != cityscapes.CLASS_NAMES:
+        more = ", ..." if classes.num_classes > 3 else ""
         raise InputError(
             f"--output_format: label_ids writes Cityscapes label ids and needs a model of "
             f"Cityscapes' {cityscapes.NUM_CLASSES} train ids; this one's classes are "
-            f"{', '.join(classes.class_names[:3])}, ... ({classes.num_classes}); use "
+            f"{', '.join(classes.class_names[:3])}{more} ({classes.num_classes}); use "
             f"train_ids or colour")
     if output_format == "train_ids" and classes.num_classes > 256:
         raise InputError(f"--output_format: train_ids writes 8-bit PNGs; this model has "

@@ -7,6 +7,7 @@ import fcntl
 import os
 
 from tfseg.errors import InputError
+from tfseg.io.folders import missing, remove_empty
 from tfseg.io.outputs import require_folder, require_replaceable
 
 CLAIM_PREFIX = ".tfseg-claim-"
@@ -21,7 +22,8 @@ def claimed(path, flag, overwrite, kind, belongs):
     beside ``path``, which the kernel releases when the process ends, even by kill -9.
 
     Raises:
-      InputError: naming ``flag``: another process holds ``path``, or
+      InputError: naming ``flag``: another process holds ``path``, the claim cannot be
+        written (a full or read-only disk: the folders it made are removed again), or
         ``require_replaceable``'s reasons.
 
     Example:
@@ -31,9 +33,14 @@ def claimed(path, flag, overwrite, kind, belongs):
     """
     require_folder(path, flag)
     parent, name = os.path.split(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
+    made = missing(parent)
     lock = os.path.join(parent, CLAIM_PREFIX + name)
-    handle = _lock(lock)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        handle = _lock(lock)
+    except OSError as error:  # a full or read-only disk: nothing of this claim is left
+        remove_empty(made)
+        raise InputError(f"{flag}: could not write {path}: {error.strerror or error}") from None
     if isinstance(handle, str):
         raise InputError(f"{flag}: {path} is being written by another tfseg process "
                          f"({handle}); wait for it to end, or choose another folder")
@@ -44,6 +51,7 @@ def claimed(path, flag, overwrite, kind, belongs):
         with contextlib.suppress(OSError):
             os.remove(lock)  # before the unlock: a waiting process then opens a new file
         os.close(handle)
+        remove_empty(made)  # a write that failed leaves no folder of its own
 
 
 def _lock(lock):
@@ -62,7 +70,13 @@ def _lock(lock):
         except FileNotFoundError:
             current = False
         if current:  # not a file its last holder removed after this open
-            os.ftruncate(handle, 0)
-            os.write(handle, str(os.getpid()).encode())
+            try:
+                os.ftruncate(handle, 0)
+                os.write(handle, str(os.getpid()).encode())
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.remove(lock)  # still locked: as ``claimed``'s own removal
+                os.close(handle)
+                raise
             return handle
         os.close(handle)

@@ -160,7 +160,8 @@ class Checkpoints:
         Raises:
           InputError: the save failed (a full disk, a file-size limit, a read-only
             folder): one line naming the folder, the reason and the checkpoint that
-            is still the latest. The partial files are removed first.
+            is still the latest (or that there is none yet). The partial files are
+            removed first.
         """
         try:
             path = self.manager.save(checkpoint_number=step)
@@ -168,9 +169,10 @@ class Checkpoints:
             self._remove_partial(step)
             reason = (error.message if isinstance(error, tf.errors.OpError)
                       else str(error)).strip().splitlines()[0].split("; ")[-1]
+            kept = (f"the latest is still {self.latest}" if self.latest
+                    else "there is no checkpoint yet")
             raise InputError(f"--model_dir: could not save checkpoint {step} in "
-                             f"{self.directory} ({reason}); the latest is still "
-                             f"{self.latest or '(none)'}") from None
+                             f"{self.directory} ({reason}); {kept}") from None
         if not self.chief:
             # The other workers' copies are only needed to take part in the save.
             shutil.rmtree(self.directory, ignore_errors=True)

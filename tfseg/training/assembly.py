@@ -99,7 +99,7 @@ class TrainingRun:
         return self
 
     def __exit__(self, *exc):
-        self.held.close()
+        self.held.__exit__(*exc)  # the lock learns whether the run failed (ModelDirLock)
         return False
 
 
