@@ -83,6 +83,20 @@ def test_every_form_absl_takes_for_a_flag_names_a_recipe(tmp_path):
     assert _settings(_main("-recipe=camvid", "--mode=validate")) == want
 
 
+def test_given_by_names_the_recipe_whose_line_sets_each_setting_last(tmp_path):
+    """A flag after the recipe wins, one before it loses; a recipe read from a flagfile
+    counts by its own name; --noNAME sets NAME."""
+    names = {"dataset", "batch_size", "memory_saving", "crop_size", "width_multiplier"}
+    mine = tmp_path / "mine.flags"
+    mine.write_text("--recipe camvid\n--crop_size=9,9\n")
+    argv = ["tfseg", "--dataset=voc", "--recipe=cityscapes_xception65_os16_crop769",
+            "--nomemory_saving", f"--flagfile={mine}", "--batch_size=1", "--",
+            "--width_multiplier=2"]
+    assert recipes.given_by(argv, names) == {"dataset": "camvid",
+                                             "width_multiplier": "camvid"}
+    assert recipes.given_by(["tfseg", "--batch_size=2"], names) == {}
+
+
 def test_after_a_double_dash_a_recipe_is_not_read():
     argv = ["tfseg", "--mode=validate", "--", "--recipe=camvid"]
     assert recipes.expand(argv, lambda args: args) == argv

@@ -79,6 +79,25 @@ def test_a_given_setting_the_checkpoint_cannot_have_is_refused_naming_both(
     assert not (tmp_path / "out").exists() and not (model_dir / "export").exists()
 
 
+def test_a_recipes_setting_the_checkpoint_cannot_have_names_the_recipe_and_the_fix(
+        trained_copy):
+    """Eval with a recipe whose model the run was not trained as (the run's width and
+    middle units given after it in training): the refused value is the recipe's, which
+    cannot be left out, so the line names the recipe and what to put after it, and that
+    works."""
+    data_dir, model_dir = trained_copy
+    recipe = "cityscapes_xception65_os16_crop769"
+    where = [f"--recipe={recipe}", f"--data_dir={data_dir}", f"--model_dir={model_dir}"]
+    line = _one_line(run_main("--mode=eval", *where, check=False))
+    assert line == (f"tfseg: error: --width_multiplier=1.0 (from --recipe={recipe}): the "
+                    f"checkpoint {model_dir}/ckpt-6 was trained with --width_multiplier=0.25 "
+                    f"({model_dir}/config.json); give --width_multiplier=0.25 "
+                    f"--middle_repeats=1 after --recipe={recipe} to use the trained model's")
+    run_main("--mode=eval", *where, "--width_multiplier=0.25", "--middle_repeats=1",
+             "--eval_mode=whole")
+    assert json.loads((model_dir / "eval" / "whole.json").read_text())["step"] == 6
+
+
 def test_a_given_dataset_of_other_classes_is_refused_naming_both(trained_copy, tmp_path):
     _, model_dir = trained_copy
     proc = run_main("--mode=eval", f"--model_dir={model_dir}", "--dataset=voc",

@@ -25,11 +25,14 @@ from tfseg.cli import modes, quiet, stderr_filter, usage
 from tfseg.config import Config, flag_table
 from tfseg.config.names import BUILTIN_BACKBONE
 from tfseg.config.values import kind_of
-from tfseg.errors import InputError, NonFiniteLoss
+from tfseg.errors import InputError, NonFiniteLoss, TrainedSettingError
 from tfseg.runtime import caches, xla_cache
 
 PROG = "tfseg"
 HELP = ("--help", "-h", "--helpfull", "--helpshort", "-?")
+# The recipe that gave each setting's value, by flag name (``recipes.given_by``), which
+# parse_flags sets: a refusal of a recipe's value names the recipe, not a flag never typed.
+FROM_RECIPE = {}
 
 
 class _Text(flags.ArgumentParser):
@@ -113,7 +116,10 @@ def parse_flags(argv):
         sys.stdout.write(usage.text())
         sys.exit(0)
     try:
-        return FLAGS(recipes.expand(argv, recipes.read_flagfiles))
+        remaining = FLAGS(recipes.expand(argv, recipes.read_flagfiles))
+        FROM_RECIPE.clear()
+        FROM_RECIPE.update(recipes.given_by(argv, flag_table()))
+        return remaining
     except (flags.Error, InputError) as error:
         usage_error(error)
 
@@ -140,6 +146,8 @@ def main(argv):
     except (InputError, OSError) as error:
         # Bad flags, files or checkpoints: one line that names them. Any other
         # exception is a bug and keeps its traceback.
+        if isinstance(error, TrainedSettingError):
+            error = error.naming_recipes(FROM_RECIPE)
         usage_error(error if str(error) else type(error).__name__)
     except NonFiniteLoss as error:
         print(error_line(error), file=sys.stderr)

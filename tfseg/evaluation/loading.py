@@ -10,7 +10,7 @@ import tensorflow as tf
 from tfseg import data as data_lib
 from tfseg.config import ARCHITECTURE
 from tfseg.config.config import flag_value
-from tfseg.errors import InputError
+from tfseg.errors import InputError, TrainedSettingError
 from tfseg.runtime import builders, checkpoints, files, init
 from tfseg.runtime.pinned import pinned
 
@@ -47,7 +47,8 @@ def resolve(config, log=print):
     one is legitimate (same weights).
 
     Raises:
-      InputError: a given setting that the checkpoint's model cannot have.
+      TrainedSettingError: a given setting that the checkpoint's model cannot have.
+      InputError: a given data set of another class count.
     """
     path = files.find_checkpoint(config.run.model_dir, config.run.checkpoint)
     run_dir = os.path.dirname(path) or "."
@@ -58,9 +59,9 @@ def resolve(config, log=print):
     record = os.path.join(run_dir, files.CONFIG_FILE)
     for name in given:
         if name != "dataset":
-            raise InputError(f"--{name}={flag_value(current[name])}: the checkpoint {path} "
-                             f"was trained with --{name}={flag_value(settings[name])} "
-                             f"({record}); leave --{name} out to use the trained model's")
+            # Every refused setting, so that one of a recipe's can name all it gave.
+            raise TrainedSettingError([(k, flag_value(current[k]), flag_value(settings[k]))
+                                       for k in given if k != "dataset"], path, record)
         _require_same_classes(config, saved, settings["dataset"], path, record)
         log(f"reading --dataset={current[name]} as given, not the run's "
             f"{settings[name]} ({record})")

@@ -213,3 +213,39 @@ def expand(argv, read_flagfiles):
             return argv[:1] + args
     raise InputError(f"{FLAG}: recipes read from recipes more than {MAX_DEPTH} deep: one "
                      f"includes itself")
+
+
+def given_by(argv, names):
+    """{flag name: recipe name} for each setting in ``names`` whose value ``argv`` (program
+    name first) takes from a recipe: the last line that sets it is that recipe's (a flag
+    after it, on the command line or in a flagfile, wins). Call it once ``expand`` has
+    read ``argv``: recipes that include each other are refused there, not here.
+
+    Example:
+        given_by(["tfseg", "--recipe=camvid", "--batch_size=2"], {"batch_size", "dataset"})
+        # {'dataset': 'camvid'}
+    """
+    found = {}
+    _given_in(argv[1:], None, set(names), found)
+    return {name: recipe for name, recipe in found.items() if recipe}
+
+
+def _given_in(args, recipe, names, found):
+    """Sets ``found[name]`` to ``recipe`` (None: not a recipe) for each setting that
+    ``args`` sets, in order, the recipes among them by their own names."""
+    rest = read_flagfiles(args)
+    while rest:
+        arg = rest.pop(0)
+        if arg == "--":
+            return
+        name = _recipe_name(arg)
+        if name is _FOLLOWS and rest:
+            name = rest.pop(0)
+        if isinstance(name, str):
+            _given_in([f"{FLAGFILE}={path(name.strip())}"], name.strip(), names, found)
+            continue
+        flag = arg.lstrip("-").split("=", 1)[0]
+        if flag not in names and "=" not in arg and flag.startswith("no"):
+            flag = flag[2:]  # --noNAME
+        if flag in names:
+            found[flag] = recipe
