@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import keras
 import numpy as np
 import pytest
@@ -111,3 +115,38 @@ def test_the_planner_costs_the_stem_segment():
     assert {segment_of(n) for n in ("entry_conv1", "entry_conv1_bn", "entry_conv2_relu")} == {
         "entry_stem"}
     assert segment_of("entry_block1_sepconv1_depthwise") == "entry_block1"
+
+
+def test_a_narrow_strided_shortcut_is_the_strided_convolution_exactly():
+    """At width 0.125 entry block 1's shortcut reads 8 channels: it takes every second
+    pixel, then a 1x1 convolution, with the kernel of the strided one it stands for."""
+    model = xception65(input_shape=(None, None, 3), width_multiplier=0.125, middle_repeats=1)
+    assert model.get_layer("entry_block1_shortcut").strides == (1, 1)
+    assert model.get_layer("entry_block2_shortcut").strides == (2, 2)  # 16 channels
+    pool = model.get_layer("entry_block1_shortcut_subsample")
+    conv = model.get_layer("entry_block1_shortcut")
+    for side in (48, 49):  # an even side, whose last row the strided convolution skips
+        x = np.random.default_rng(side).normal(size=(2, side, side + 2, 8))
+        strided = keras.ops.conv(x, conv.kernel.numpy().astype(np.float64), strides=2)
+        np.testing.assert_allclose(conv(pool(x.astype(np.float32))), strided, atol=1e-5)
+
+
+_ONEDNN_STEP = """
+import tensorflow as tf, tfseg
+model = tfseg.deeplab_v3_plus(19, width_multiplier=0.125, middle_repeats=1)
+for side in (96, 128):
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(model(tf.random.uniform((1, side, side, 3)), training=True))
+    tape.gradient(loss, model.trainable_variables)
+print("trained")
+"""
+
+
+def test_a_narrow_network_trains_on_even_crops_with_onednn():
+    """oneDNN's kernels, as a user's CPU runs them (the suite turns them off): the filter
+    gradient of a strided 1x1 convolution of 8 channels aborted the process here."""
+    env = {**os.environ, "TF_ENABLE_ONEDNN_OPTS": "1", "MALLOC_CHECK_": "3",
+           "TF_CPP_MIN_LOG_LEVEL": "3"}
+    result = subprocess.run([sys.executable, "-c", _ONEDNN_STEP], env=env, timeout=300,
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and "trained" in result.stdout, result.stderr[-1500:]

@@ -78,19 +78,37 @@ def _unit(x, spec, filters, policy, name, strides, rate):
         if i == 1:
             low_level = x
     if spec.shortcut == "conv":
-        shortcut = keras.layers.Conv2D(
-            filters[-1],
-            1,
-            strides=strides,
-            use_bias=False,
-            kernel_initializer=policy.kernel_initializer,
-            name=f"{name}_shortcut",
-        )(inputs)
+        shortcut = _conv_shortcut(inputs, filters[-1], policy, name, strides)
         shortcut = policy_lib.norm(shortcut, policy, f"{name}_shortcut_bn")
         x = keras.layers.Add(name=f"{name}_add")([x, shortcut])
     elif spec.shortcut == "identity":
         x = keras.layers.Add(name=f"{name}_add")([x, inputs])
     return x, low_level
+
+
+# oneDNN's CPU kernel for the filter gradient of a strided 1x1 convolution corrupts the
+# heap when the input has few channels (8 to 15 crashed; 3, and 16 and more, did not) and
+# an even side (its last row is not read): at width 0.125 a training step aborted on
+# crops such as 96x96 and 128x128. Taking every second pixel first and then a 1x1
+# convolution of stride 1 is the same maths with the same kernel, so only such narrow
+# shortcuts are built that way; an average over one pixel keeps nothing for its gradient.
+_NARROW_SHORTCUT = 16
+
+
+def _conv_shortcut(inputs, filters, policy, name, strides):
+    """The 1x1 convolution (``{name}_shortcut``) of a unit's input to its output's size."""
+    if strides != 1 and inputs.shape[-1] < _NARROW_SHORTCUT:
+        inputs = keras.layers.AveragePooling2D(
+            1, strides, name=f"{name}_shortcut_subsample")(inputs)
+        strides = 1
+    return keras.layers.Conv2D(
+        filters,
+        1,
+        strides=strides,
+        use_bias=False,
+        kernel_initializer=policy.kernel_initializer,
+        name=f"{name}_shortcut",
+    )(inputs)
 
 
 def unit_names(spec, middle_repeats=None):
