@@ -120,7 +120,7 @@ def choose(step, budget_bytes, overhead, verify=True, log=print, measure=measure
         index = next((i for i in range(1, count) if fits(i)), count)
     if index == count:
         smallest = plans.plans[-1]
-        need = plans.measured.get(smallest.name, plans.predicted(count - 1))
+        need = plans.measured.get(smallest.name) or plans.predicted(count - 1)  # None: unknown
         raise InputError(_nothing_fits(step, smallest, plans.estimate(smallest), need,
                                        budget_bytes, overhead))
     return Choice(plans.plans[index], budget_bytes, overhead, plans.points())

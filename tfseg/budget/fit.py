@@ -24,7 +24,8 @@ class Fit:
 
     `slope_from`: "analysis" (two static estimates) or "measured" (the measured
     peak over the batch: the whole peak taken as per-sample, an upper bound on the
-    slope, when the analysis has only one batch).
+    slope, when the analysis has only one batch), "estimate" (the same with the
+    static estimate, where the allocator could not measure the peak).
     """
 
     max_batch: int
@@ -57,21 +58,31 @@ def per_sample_slope(measured):
         slope = (by_batch[high] - by_batch[low]) / (high - low)
         if slope > 0:
             return slope, "analysis"
-    return measured["peak_over_base_bytes"] / measured["batch"], "measured"
+    peak, source = level(measured)
+    return peak / measured["batch"], source
+
+
+def level(measured):
+    """(the step's peak over its base, "measured"), or where the allocator could not
+    measure it (None: `tfseg.runtime.peak`) (the analysis's static estimate, "estimate")."""
+    if measured["peak_over_base_bytes"] is not None:
+        return measured["peak_over_base_bytes"], "measured"
+    return measured["analysis"]["estimated_peak_bytes"], "estimate"
 
 
 def fit(measured, budget_bytes, output_stride=None):
     """Fits `measured` (a `tfseg.profile.measure` result) to a budget.
 
     The budget covers everything the allocator holds: the measured base
-    (weights, optimizer slots, inputs) plus the step's peak over it.
+    (weights, optimizer slots, inputs) plus the step's peak over it (its static
+    estimate where the allocator could not measure it).
     """
     batch, pixels = measured["batch"], measured["height"] * measured["width"]
     output_stride = output_stride or measured.get("output_stride", 16)
     per_sample, source = per_sample_slope(measured)
     per_sample = max(1.0, per_sample)
     base = measured["base_bytes"]
-    fixed = max(base, base + measured["peak_over_base_bytes"] - batch * per_sample)
+    fixed = max(base, base + level(measured)[0] - batch * per_sample)
     room = budget_bytes - fixed
     max_batch = max(0, math.floor(room / per_sample))
     per_pixel = per_sample / pixels

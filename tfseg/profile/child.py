@@ -16,6 +16,7 @@ from tfseg.profile import launches
 from tfseg.profile.step import StepConfig, build_step, describe_optimizer
 from tfseg.runtime import builders
 from tfseg.runtime import device as device_lib
+from tfseg.runtime import peak as peak_lib
 
 # The exit code of a measuring process that ran out of device memory.
 OUT_OF_MEMORY_EXIT = 75
@@ -124,7 +125,8 @@ def measure_in_process(config):
         value, finite, _ = step(batch)
         value = float(value)
         times.append(time.perf_counter() - start)
-        peaks.append(int(device_lib.memory_info()["peak"] - base))
+        # None where the allocator counted too little of the step (`tfseg.runtime.peak`).
+        peaks.append(peak_lib.measured(int(device_lib.memory_info()["peak"] - base), device))
         loss = value if loss is None else loss
         applied.append(bool(finite))
     # After the measured steps: the profiler's own buffers stay out of their peaks.
@@ -141,8 +143,8 @@ def measure_in_process(config):
         "device": device,
         "parameters": int(model.count_params()),
         "base_bytes": int(base),
-        "peak_over_base_bytes": int(np.median(peaks)),
-        "peak_over_base_max_bytes": max(peaks),
+        "peak_over_base_bytes": peak_lib.median(peaks),
+        "peak_over_base_max_bytes": peak_lib.largest(peaks),
         "peak_over_base_by_step": peaks,
         "step_seconds": float(np.median(times)),
         "warmup_seconds": warmup,

@@ -24,7 +24,9 @@ The recipe, as `tfseg.profile.child.measure_in_process` runs it:
    `base`, so that `base + peak` is always the step's total). The median of
    these peaks is the result (the largest is kept beside it), since the
    executor's scheduling of concurrent branches makes the peak vary from step
-   to step. Their median time is the step time.
+   to step. Their median time is the step time. A peak the allocator cannot measure
+   (on the CPU it counts no buffer under 256 KiB: `tfseg.runtime.peak`) is None, and
+   so is any median or largest of peaks that holds one.
 6. Repeat in more fresh processes and take the median (`measure_repeats`): the
    allocator's chunk layout after the warm-up differs from process to process,
    and once in a while a whole process measures ~20-30% higher than its
@@ -47,6 +49,7 @@ import sys
 import time
 
 from tfseg.profile.child import OUT_OF_MEMORY_EXIT
+from tfseg.runtime import peak as peak_lib
 
 
 class OutOfMemory(RuntimeError):
@@ -159,15 +162,17 @@ def combine(runs):
     largest step peak of any, `peak_over_base_by_process` and `step_seconds_by_process`
     each process's own; `compile_seconds` the first process's (None without XLA: the
     later ones may read what it compiled from `--compile_cache_dir`'s cache), and
-    `compile_seconds_by_process` each one's."""
+    `compile_seconds_by_process` each one's. A peak unknown in any process (None) is
+    unknown in the result."""
     import statistics
 
     peaks = [r["peak_over_base_bytes"] for r in runs]
     return {
         **runs[0],
         "repeats": len(runs),
-        "peak_over_base_bytes": int(statistics.median(peaks)),
-        "peak_over_base_max_bytes": max(r["peak_over_base_max_bytes"] for r in runs),
+        "peak_over_base_bytes": peak_lib.median(peaks),
+        "peak_over_base_max_bytes": peak_lib.largest([r["peak_over_base_max_bytes"]
+                                                      for r in runs]),
         "peak_over_base_by_process": peaks,
         "base_bytes": int(statistics.median(r["base_bytes"] for r in runs)),
         "step_seconds": statistics.median(r["step_seconds"] for r in runs),

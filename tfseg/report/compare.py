@@ -22,6 +22,11 @@ def _common_config(step):
             if k not in PER_VARIANT + ("memory_saving", "recompute")}
 
 
+def _ratio(over, under):
+    """``over / under``, None where either is unknown (None)."""
+    return None if over is None or under is None else over / under
+
+
 def entry(m):
     """One variant's row of the report, from its `measure_repeats` result `m`."""
     a = m["analysis"]
@@ -38,7 +43,8 @@ def entry(m):
         "base_bytes": m["base_bytes"],
         "step_seconds": m["step_seconds"],
         "static_estimate_bytes": a["estimated_peak_bytes"],
-        "estimate_ratio": a["estimated_peak_bytes"] / max(1, m["peak_over_base_bytes"]),
+        # None where the peak is unknown (`tfseg.runtime.peak`): a ratio of it is too.
+        "estimate_ratio": _ratio(a["estimated_peak_bytes"], m["peak_over_base_bytes"]),
         "static_estimate_by_batch_bytes": by_batch,
         "accounted": {
             "parameter_bytes": a["parameter_bytes"],
@@ -178,7 +184,7 @@ def run(config, log=print, stop=None):
     report["device_overhead"] = overhead.to_dict()
     stock = report["variants"].get("stock")
     for v in report["variants"].values():
-        v["ratio_to_stock"] = (v["measured_peak_bytes"] / stock["measured_peak_bytes"]
+        v["ratio_to_stock"] = (_ratio(v["measured_peak_bytes"], stock["measured_peak_bytes"])
                                if stock else None)
     if config.memory_budget_gb:
         _search(config, report, measured, overhead, clock, log)

@@ -4,7 +4,7 @@ A configuration summary, then markdown tables with units in every header, each w
 sentence saying what it measures, and the words the tables use explained once.
 """
 
-from tfseg.report import launches
+from tfseg.report import cells, launches
 from tfseg.units import MIB
 
 # What the process holds besides the parts' buffers: before the step (weights, slots) and
@@ -80,9 +80,9 @@ def configuration(report):
 def peaks(report):
     variants = report["variants"]
     repeats = sorted({len(v["measured_peak_by_process_bytes"]) for v in variants.values()})
-    rows = [(name, _mib(v["measured_peak_bytes"]), _mib(v["measured_peak_max_bytes"]),
-             "-" if v["ratio_to_stock"] is None else f"{v['ratio_to_stock']:.2f}",
-             _mib(v["static_estimate_bytes"]), f"{v['estimate_ratio']:.2f}",
+    rows = [(name, cells.cell(v["measured_peak_bytes"], ",.0f", MIB),
+             cells.cell(v["measured_peak_max_bytes"], ",.0f", MIB), cells.stock_ratio(report, v),
+             _mib(v["static_estimate_bytes"]), cells.cell(v["estimate_ratio"], ".2f"),
              f"{v['step_seconds']:.2f}", launches.ops_cell(v), launches.compile_cell(v))
             for name, v in variants.items()]
     header = ("variant", "peak over base (MiB)", "largest step (MiB)", "x stock",
@@ -91,7 +91,8 @@ def peaks(report):
         "", f"The allocator's peak during one training step over its base: the median over "
         f"{'/'.join(map(str, repeats))} fresh processes of each one's median step (largest: "
         f"the largest step seen); the static estimate replays the traced step on a model of "
-        f"TensorFlow's executor and allocator, without running it. {launches.SENTENCE}"]
+        f"TensorFlow's executor and allocator, without running it. {launches.SENTENCE} "
+        f"{cells.unmeasured(report)}".rstrip()]
 
 
 def holdings(report):
@@ -124,8 +125,8 @@ def decomposition(report):
         a = v["accounted"]
         rows.append((name, _mib(a["parameter_bytes"]), _mib(a["optimizer_slot_bytes"]),
                      _mib(v.get("base_bytes")), *(_mib(kinds.get(k, 0)) for k in KINDS),
-                     _mib(sum(kinds.values())), _mib(v["measured_peak_bytes"]),
-                     f"{v['estimate_ratio']:.2f}"))
+                     _mib(sum(kinds.values())), cells.cell(v["measured_peak_bytes"], ",.0f", MIB),
+                     cells.cell(v["estimate_ratio"], ".2f")))
     header = ("variant", "weights (MiB)", "optimizer slots (MiB)", "measured base (MiB)",
               "kept for backward, alive (MiB)", "gradients (MiB)", "other buffers (MiB)",
               "allocator rounding (MiB)", "estimated peak over base (MiB)",

@@ -5,7 +5,7 @@ import json
 import math
 
 from tfseg.io.outputs import staged
-from tfseg.report import document, launches
+from tfseg.report import cells, document, launches
 from tfseg.report.charts import chart, frontier_chart, stacked_chart
 from tfseg.units import MIB
 
@@ -35,24 +35,34 @@ def _labels(rows):
     return [f"  {label}" if label in inside else label for label, _ in rows]
 
 
+# The stdout table's columns after the variant's name: (header, width).
+COLUMNS = (("measured MiB", 13), ("max", 6), ("x stock", 8), ("static est", 11),
+           ("est/meas", 9), ("step s", 8), ("TF ops", 8), ("compile s", 10), ("params", 8),
+           ("grads", 7), ("slots", 7), ("activ.", 8), ("/sample", 9))
+
+
+def _row(first, texts):
+    """A line of the stdout table: each cell right-aligned in its column, and a space
+    before it even where it is wider than the column (it then pushes the rest right)."""
+    return f"{first:<15}" + "".join(f" {t:>{w - 1}}" for t, (_, w) in zip(texts, COLUMNS))
+
+
 def _variant_rows(report):
     """The table's head: one row per variant, then its notes and caveats."""
-    rows = [
-        f"{'variant':<15}{'measured MiB':>13}{'max':>6}{'x stock':>8}{'static est':>11}{'est/meas':>9}{'step s':>8}"
-        f"{'TF ops':>8}{'compile s':>10}"
-        f"{'params':>8}{'grads':>7}{'slots':>7}{'activ.':>8}{'/sample':>9}"
-    ]
+    rows = [_row("variant", [h for h, _ in COLUMNS])]
     for name, v in report["variants"].items():
         a = v["accounted"]
-        rows.append(
-            f"{name:<15}{v['measured_peak_bytes'] / MIB:>13.0f}{v['measured_peak_max_bytes'] / MIB:>6.0f}"
-            f"{v['ratio_to_stock'] or float('nan'):>8.2f}"
-            f"{v['static_estimate_bytes'] / MIB:>11.0f}{v['estimate_ratio']:>9.2f}{v['step_seconds']:>8.2f}"
-            f"{launches.ops_cell(v):>8}{launches.compile_cell(v):>10}"
-            f"{a['parameter_bytes'] / MIB:>8.0f}{a['gradient_bytes'] / MIB:>7.0f}"
-            f"{a['optimizer_slot_bytes'] / MIB:>7.0f}{a['activation_bytes'] / MIB:>8.0f}"
-            f"{a['per_sample_activation_bytes'] / MIB:>9.0f}"
-        )
+        rows.append(_row(name, [
+            cells.cell(v["measured_peak_bytes"], ".0f", MIB),
+            cells.cell(v["measured_peak_max_bytes"], ".0f", MIB), cells.stock_ratio(report, v),
+            f"{v['static_estimate_bytes'] / MIB:.0f}", cells.cell(v["estimate_ratio"], ".2f"),
+            f"{v['step_seconds']:.2f}", launches.ops_cell(v), launches.compile_cell(v),
+            *(f"{a[k] / MIB:.0f}" for k in ("parameter_bytes", "gradient_bytes",
+                                            "optimizer_slot_bytes", "activation_bytes",
+                                            "per_sample_activation_bytes"))]))
+    note = cells.unmeasured(report)
+    if note:
+        rows.append(f"({note})")
     repeats = {len(v["measured_peak_by_process_bytes"]) for v in report["variants"].values()}
     rows.append(f"(measured: the median over {'/'.join(map(str, sorted(repeats)))} fresh processes "
                 f"of each one's median step peak over its base; max: the largest step peak seen)")

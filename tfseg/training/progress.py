@@ -18,6 +18,7 @@ import time
 import tensorflow as tf
 
 from tfseg.runtime import device as device_lib
+from tfseg.runtime import peak as peak_lib
 from tfseg.units import MIB
 
 
@@ -62,10 +63,12 @@ class Progress:
 def memory_peak():
     """(label, MiB): TF's allocator peak since the last call on the device measurements
     read (``tfseg.runtime.device.name()``: GPU:0, else CPU:0), where it
-    keeps one, else the process's peak resident set size so far, labelled as such.
+    measures one, else the process's peak resident set size so far, labelled as such.
 
-    The CPU allocator keeps no statistics unless oneDNN is on: ``get_memory_info``
-    then raises or reports 0, which would read as a peak of 0.
+    The CPU allocator keeps no statistics unless oneDNN is on (``get_memory_info``
+    raises), and with oneDNN it counts no buffer under 256 KiB, so a small step's
+    peak reads 0 or a fraction of a MiB: ``tfseg.runtime.peak.measured`` says when a
+    reading is not the step's, and the resident size is shown instead.
     The resident size's high-water mark starts at the parent process's (Linux keeps
     it across fork and exec), so under a large parent it shows that until exceeded.
     """
@@ -73,10 +76,11 @@ def memory_peak():
     try:
         peak = device_lib.memory_info()["peak"]
     except (ValueError, tf.errors.OpError):
-        peak = 0
-    if peak > 0:
+        peak = None
+    else:
         # Each reading is the peak since the one before (the last log line), not the run's.
         device_lib.reset_peak()
+    if peak_lib.measured(peak, device) is not None:
         return f"{device[:3].lower()}_peak_MiB", peak / MIB
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return "rss_peak_MiB", rss / (MIB if sys.platform == "darwin" else 2**10)
