@@ -43,11 +43,14 @@ def test_the_model_section_is_the_model():
     assert not [name for name in names if name.startswith("aspp_sepconv")]
     norms = [layer for layer in layers if isinstance(
         layer, (keras.layers.BatchNormalization, keras.layers.GroupNormalization))]
-    # norm "group", as memory_saving's output-only twins (but ASPP's projection norm, which
-    # only a stock ReLU reads); and its fused ReLU -> convs.
-    assert type(by_name["aspp_projection_bn"]) is keras.layers.GroupNormalization
+    # norm "group", as memory_saving's output-only twins (but those only a stock ReLU
+    # reads: ASPP's projection's, and at this width the stem's second, whose ReLU feeds
+    # entry block 1's subsampled shortcut, tfseg.models.xception._conv_shortcut); and
+    # its fused ReLU -> convs.
+    stock_norms = ("aspp_projection_bn", "entry_conv2_bn")
+    assert all(type(by_name[name]) is keras.layers.GroupNormalization for name in stock_norms)
     assert norms and all(type(layer) is InplaceGroupNormalization for layer in norms
-                         if layer.name != "aspp_projection_bn")
+                         if layer.name not in stock_norms)
     assert any(isinstance(layer, ReluDepthwiseConv2D) for layer in layers)
     assert builders.model(config, 3, norm="batch").count_params() != model.count_params()
 

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import time
 
+import numpy as np
 import pytest
 
 from tests.train.conftest import (TINY_FLAGS, checkpoint_steps,
@@ -292,3 +293,31 @@ def _load_whole(path):
     reader = tf.train.load_checkpoint(path)
     for key in reader.get_variable_to_shape_map():
         reader.get_tensor(key)
+
+
+@pytest.mark.slow  # two runs: 16 s on 2 idle cores
+def test_a_bad_file_the_input_reaches_mid_run_keeps_the_steps_before_it(tmp_path):
+    """A label of the wrong size that the shuffle reaches a few steps in: the run stops
+    with one line, and the steps before it are saved, not lost back to the last
+    --checkpoint_every; fixed, the run resumes from there."""
+    from tests.data.trees import cityscapes_tree, save
+    data_dir, model_dir = tmp_path / "data", tmp_path / "run"
+    pairs = cityscapes_tree(str(data_dir), ids=[7, 8, 26], size=(40, 56), n=8)
+    cityscapes_tree(str(data_dir), split="val", ids=[7, 8, 26], size=(40, 56), n=1)
+    _, label = pairs[5]
+    good = open(label, "rb").read()
+    save(label, np.zeros((20, 28), np.uint8))
+    flags = ("--mode=train", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+             *TINY_FLAGS, "--batch_size=1", "--crop_size=33,49", "--checkpoint_every=100")
+    proc = run_main(*flags, "--train_steps=20", check=False)
+    saved = re.search(r"; saved (\S+) at step (\d+): run again to resume$", proc.stderr.strip())
+    _one_line(proc, 2, rf"tfseg: error: .*{re.escape(os.path.basename(label))}.*")
+    assert saved, proc.stderr[-2000:]
+    step = int(saved.group(2))
+    # The seed puts the bad pair after some good ones: steps to lose, once a step is logged.
+    logged = re.findall(r"step +(\d+)/20 ", proc.stdout)
+    assert step >= 1 and logged and int(logged[-1]) == step, proc.stdout[-2000:]
+    assert restored_step(model_dir) == step
+    open(label, "wb").write(good)
+    run_main(*flags, f"--train_steps={step + 2}")
+    assert restored_step(model_dir) == step + 2

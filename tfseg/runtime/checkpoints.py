@@ -37,6 +37,13 @@ def is_chief(strategy):
         and "chief" not in resolver.cluster_spec().as_dict())
 
 
+def one_worker(strategy):
+    """True where the run has no other worker, whom a save would have to wait for."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    return sum(len(spec.get(kind, [])) for kind in ("chief", "worker")) <= 1
+
+
 def checkpoint_dir(model_dir, strategy):
     """Where ``save`` writes: ``model_dir`` on the chief; a scratch folder on other workers.
 

@@ -12,9 +12,9 @@ import time
 import tensorflow as tf
 
 from tfseg import data as data_lib
-from tfseg.errors import NonFiniteLoss
+from tfseg.errors import InputError, NonFiniteLoss
 from tfseg.evaluation.evaluate import PeriodicEval
-from tfseg.runtime import summaries
+from tfseg.runtime import checkpoints, summaries
 from tfseg.training.outcomes import Outcomes, SkippedUpdates
 from tfseg.training.progress import Progress, memory_peak
 
@@ -44,7 +44,7 @@ class Stepper:
             run.config, run.strategy, run, stop, log)
         self.result = result
         settings = run.config.run
-        start = result["step"]
+        start = self.start = result["step"]
         # The input goes on where the checkpoint's left it. Outside the strategy's scope:
         # the pipeline's counters are this host's, not mirrored.
         dataset, self.data_stats = data_lib.build_dataset_with_stats(
@@ -71,7 +71,10 @@ class Stepper:
         with self.writer.as_default():
             while self.outcomes.ahead < self.config.optim.train_steps:
                 # --grad_accum_steps: one update of `accum` micro-batches, all counted read.
-                micro = [next(self.batches) for _ in range(accum)]
+                try:
+                    micro = [next(self.batches) for _ in range(accum)]
+                except InputError as error:
+                    raise self.saved_before(error) from None
                 loss, finite, predictions = self.training.train_step(
                     micro[0] if accum == 1 else micro)
                 self.training.read.assign_add(accum)
@@ -87,8 +90,24 @@ class Stepper:
             self.log(self.data_stats.summary(split))
         return self.result
 
-    def act(self, micro, predictions):
-        """Reads the queued steps' results and acts on the last; True: stop the loop."""
+    def saved_before(self, error):
+        """``error``, a file the training data could not read, once the steps before it
+        are saved: such a file can come up hours into a run, and the user fixes or skips
+        it and resumes from the step it stopped. Not on several workers, where the save
+        would wait for workers that go on stepping."""
+        if not checkpoints.one_worker(self.strategy):
+            return error
+        current = self.read_outcomes()[0] if self.outcomes.queued else self.result["step"]
+        if current in (self.saved_at, self.start):
+            return error
+        self.result.update(step=current, checkpoint=self.training.ckpts.save(current))
+        self.saved_at = current
+        return InputError(f"{error}; saved {self.result['checkpoint']} at step {current}: "
+                          f"run again to resume")
+
+    def read_outcomes(self):
+        """(step, loss) of the last queued step, once every queued step's results are read;
+        ``NonFiniteLoss`` for any that is not finite."""
         for current, advanced, loss, finite in self.outcomes.read():
             if not finite:
                 # Without loss scaling the gradients are checked too: the loss may be
@@ -100,6 +119,11 @@ class Stepper:
                     f"--warmup_steps.")
             # False when the loss-scale optimizer skipped the update.
             self.skipped(advanced, current, self.training.optimizer, self.result["checkpoint"])
+        return current, loss
+
+    def act(self, micro, predictions):
+        """Reads the queued steps' results and acts on the last; True: stop the loop."""
+        current, loss = self.read_outcomes()
         # Whether the last step reached a new step: nothing to log or save otherwise.
         # (No earlier queued step can have reached a step acted on: see Outcomes.)
         advanced = current > self.result["step"]
