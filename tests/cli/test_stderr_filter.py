@@ -38,6 +38,11 @@ def test_the_records_repeating_an_error_go_with_their_continuation_lines():
                                b"call last):\n  File \"x.py\", line 1\n")
 
 
+def test_tensorflow_lites_delegate_notice_is_left_out():
+    notice = b"INFO: Created TensorFlow Lite XNNPACK delegate for CPU.\n"
+    assert _filtered(b"tfseg: predicting\n" + notice + OTHER) == b"tfseg: predicting\n" + OTHER
+
+
 def test_lines_split_across_reads_are_judged_whole_and_a_lone_partial_line_is_kept():
     # A record cut in two reads is still one record; a line without its newline, with
     # nothing more coming for a while (None), is passed on as it is.

@@ -1,4 +1,5 @@
-"""TensorFlow's second report of an op's error, kept from the user while a command runs.
+"""TensorFlow's second report of an op's error (and TensorFlow Lite's notice of its CPU
+delegate), kept from the user while a command runs.
 
 When an op fails, TensorFlow's C++ code logs the error as a warning ("OP_REQUIRES failed
 at whole_file_read_ops.cc:117 : NOT_FOUND: ...", "Local rendezvous is aborting with
@@ -32,6 +33,9 @@ RECORD = re.compile(r"(?:(?P<a>[IWEF])\d{4} [\d:.]+\s+\d+ |"
                     r"\d{4}-\d\d-\d\d [\d:.]+: (?P<b>[IWEF]) )(?P<where>\S+:\d+)\] (?P<text>.*)")
 # The records that repeat an op's error which Python then raises.
 _REPEATS = ("OP_REQUIRES failed at ", "Local rendezvous is aborting with status: ")
+# Lines that TensorFlow Lite's runtime prints itself, not as a log record, each time a
+# model is opened on the CPU: nothing the user asked or can act on.
+_NOTICES = ("INFO: Created TensorFlow Lite XNNPACK delegate for CPU.",)
 # How long a line without its newline waits for the rest before it is passed on.
 _PARTIAL_WAIT_S = 0.1
 
@@ -67,7 +71,7 @@ def filter_lines(read, write):
             if dropping and text[:1].isspace():
                 continue
             dropping = repeats_an_error(text)
-            if not dropping:
+            if not dropping and text.rstrip() not in _NOTICES:
                 write(line + b"\n")
 
 
