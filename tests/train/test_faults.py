@@ -321,3 +321,19 @@ def test_a_bad_file_the_input_reaches_mid_run_keeps_the_steps_before_it(tmp_path
     open(label, "wb").write(good)
     run_main(*flags, f"--train_steps={step + 2}")
     assert restored_step(model_dir) == step + 2
+
+
+def test_a_bad_evaluation_file_during_training_keeps_the_step_it_evaluated(tmp_path):
+    """--eval_every's evaluation reads a label of the wrong size: the step it evaluated
+    is saved before the run stops, though --checkpoint_every is far off."""
+    from tests.data.trees import cityscapes_tree, save
+    data_dir, model_dir = tmp_path / "data", tmp_path / "run"
+    cityscapes_tree(str(data_dir), ids=[7, 8, 26], size=(40, 56), n=2)
+    (_, label), = cityscapes_tree(str(data_dir), split="val", ids=[7, 8], size=(40, 56), n=1)
+    save(label, np.zeros((20, 28), np.uint8))
+    proc = run_main("--mode=train", f"--data_dir={data_dir}", f"--model_dir={model_dir}",
+                    *TINY_FLAGS, "--batch_size=1", "--crop_size=33,49", "--train_steps=4",
+                    "--eval_every=2", "--checkpoint_every=100", check=False)
+    _one_line(proc, 2, rf"tfseg: error: .*{re.escape(os.path.basename(label))}.*; saved "
+                       rf"\S+ckpt-2 at step 2: run again to resume")
+    assert restored_step(model_dir) == 2

@@ -91,8 +91,8 @@ class Stepper:
         return self.result
 
     def saved_before(self, error):
-        """``error``, a file the training data could not read, once the steps before it
-        are saved: such a file can come up hours into a run, and the user fixes or skips
+        """``error``, a file the training or evaluation data could not read, once the steps
+        before it are saved: such a file can come up hours into a run, and the user fixes or skips
         it and resumes from the step it stopped. Not on several workers, where the save
         would wait for workers that go on stepping."""
         if not checkpoints.one_worker(self.strategy):
@@ -133,7 +133,10 @@ class Stepper:
             self.log_step(current, loss, micro, predictions)
         if advanced and self.evaluate and current % settings.eval_every == 0:
             eval_start = time.perf_counter()
-            metrics = self.evaluate(current)
+            try:
+                metrics = self.evaluate(current)
+            except InputError as error:  # a bad evaluation file: the step is saved first
+                raise self.saved_before(error) from None
             self.log(f"step {current}: {self.config.data.eval_split} mIoU "
                      f"{metrics['miou']:.4f} (whole image, {metrics['images']} images, "
                      f"{metrics['seconds']:.1f} s)")
