@@ -30,6 +30,22 @@ def test_import_tfseg_imports_no_tensorflow_and_lists_the_front_door():
         assert name in names and callable(getattr(tfseg, name)), name
 
 
+def test_import_tfseg_alone_reaches_its_parts_by_name():
+    """``import tfseg; tfseg.memory.changes(model)`` (the docs' way) raised AttributeError:
+    a part loads on first use, as ``import tfseg.memory`` would; a name that is no part
+    still raises, and the light parts bring no TensorFlow."""
+    proc = _python("import sys, tfseg\n"
+                   "print(tfseg.errors.InputError.__name__, tfseg.config.Config.__name__)\n"
+                   "print('tensorflow' in sys.modules, 'memory' in dir(tfseg))\n"
+                   "print(tfseg.memory.changes.__module__, tfseg.models.DeepLabV3Plus.__name__)\n"
+                   "print(hasattr(tfseg, 'nothing'))\n")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    light, loaded, parts, missing = proc.stdout.splitlines()
+    assert light == "InputError Config" and loaded == "False True"
+    assert parts.split() == [tfseg.memory.changes.__module__, "DeepLabV3Plus"]
+    assert missing == "False"
+
+
 def test_train_stays_the_function_when_the_training_package_is_loaded():
     import tfseg.training.loop  # noqa: F401  (sets tfseg.training, never tfseg.train)
 

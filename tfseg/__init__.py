@@ -2,14 +2,15 @@
 memory cut by exact graph-level rewrites.
 
 The names a user needs are here; each loads its part (and TensorFlow) on first use, so
-``import tfseg`` is instant and ``tfseg --mode=validate`` runs without TensorFlow.
+``import tfseg`` is instant and ``tfseg --mode=validate`` runs without TensorFlow. The
+parts load the same way, by name: ``tfseg.memory.changes(model)`` after ``import tfseg``.
 
 Example:
     import tfseg
     model = tfseg.deeplab_v3_plus(num_classes=19, width_multiplier=0.25, middle_repeats=2)
     lean = tfseg.rewrite(model)                  # the same maths, less training memory
     plain = tfseg.rewrite(model, tfseg.RewriteOptions(fuse_separable=False))
-    tfseg.train(train_steps=20, model_dir="runs/try")
+    tfseg.train(train_steps=20, warmup_steps=5, model_dir="runs/try")  # the synthetic default
     tfseg.evaluate(model_dir="runs/try")["miou"]
 
 A ``model.keras`` that tfseg wrote loads after ``import tfseg``: its layers are
@@ -38,16 +39,29 @@ _API = {
 __all__ = ["__version__", *_API]
 
 
+def _parts():
+    """The names of tfseg's subpackages and modules (``memory``, ``models``, ``errors``,
+    ...), read from the folder without importing any."""
+    import pkgutil
+
+    return {part.name for part in pkgutil.iter_modules(__path__) if not part.name.startswith("_")}
+
+
 def __getattr__(name):
-    if name not in _API:
+    # A part is imported by name, as ``import tfseg.memory`` would, so ``tfseg.memory``
+    # works after a plain ``import tfseg``.
+    if name in _API:
+        value = getattr(importlib.import_module(_API[name]), name)
+    elif name in _parts():
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
         raise AttributeError(f"module 'tfseg' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_API[name]), name)
     globals()[name] = value
     return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_API))
+    return sorted(set(globals()) | set(_API) | _parts())
 
 
 def _register_layers(keras):

@@ -17,7 +17,7 @@ driver's cache size.
 
 Example:
     import tfseg
-    result = tfseg.train(train_steps=20, model_dir="runs/try")   # the synthetic default
+    result = tfseg.train(train_steps=20, warmup_steps=5, model_dir="runs/try")  # synthetic
     print(tfseg.evaluate(model_dir="runs/try")["miou"])
 """
 
@@ -118,7 +118,7 @@ def train(config=None, *, stop=None, log=print, **overrides):
       **overrides: settings by flag name (``train_steps=100``, ``memory_saving=True``).
 
     Example:
-        tfseg.train(train_steps=20, model_dir="runs/try")
+        tfseg.train(train_steps=20, warmup_steps=5, model_dir="runs/try")
     """
     config = config_of(config, **overrides)  # refused before TensorFlow starts
     before_tensorflow(log)
@@ -171,7 +171,7 @@ def predict(config=None, *, log=print, given=None, **overrides):
 
     Example:
         tfseg.predict(model_dir="runs/try", input_path="photo.png", output_dir="out")
-        tfseg.predict(model_dir="runs/try", model_path="runs/try/export/model.tflite",
+        tfseg.predict(model_dir="runs/try", model_path="runs/try/tflite/model.tflite",
                       input_path="photo.png", output_dir="out_tflite")
     """
     given = given_of(config, **overrides) if given is None else given
@@ -194,7 +194,8 @@ def export(config=None, *, log=print, **overrides):
 
     Example:
         tfseg.export(model_dir="runs/try", export_dir="runs/try/export")
-        tfseg.export(model_dir="runs/try", export_format=("tflite",), export_size=(97, 129))
+        tfseg.export(model_dir="runs/try", export_dir="runs/try/tflite",
+                     export_format=("tflite",), export_size=(97, 129))
     """
     config = config_of(config, **overrides)
     before_tensorflow(log)

@@ -3,6 +3,7 @@
 it train in less memory (`tfseg.models.saving`)."""
 
 import dataclasses
+import functools
 from typing import Optional
 
 import keras
@@ -53,7 +54,8 @@ class DeepLabV3Plus:
       class_shards: > 0: the many-class head for training (`tfseg.layers.ShardedLogits`,
         with the logits conv's variables): the model returns the decoder's features
         [N, H/4, W/4, F] and its loss (`tfseg.training.losses.ShardedPixelLoss`) takes the
-        classes in this many shards, never holding all classes' full-size logits.
+        classes in this many shards, never holding all classes' full-size logits. The
+        variables and, for one seed, their starting values are the stock head's.
       class_devices: the shards on these devices, at least one each (the split head).
       name: the model's name.
 
@@ -102,19 +104,19 @@ class DeepLabV3Plus:
         x = aspp_lib.aspp(features["out"], head_policy, aspp_lib.ATROUS_RATES[stride],
                           filters=width(256), dropout=self.dropout,
                           align_corners=align_corners)
-        head = None
-        if self.class_shards or self.class_devices:
-            head = ShardedLogits(num_classes, shards=self.class_shards or 1,
-                                 devices=self.class_devices, align_corners=align_corners,
-                                 kernel_initializer=policy.kernel_initializer,
-                                 dtype=keras.config.dtype_policy().variable_dtype,
-                                 name="logits")
+        sharded = bool(self.class_shards or self.class_devices)
+        make_head = functools.partial(
+            ShardedLogits, num_classes, shards=self.class_shards or 1,
+            devices=self.class_devices, align_corners=align_corners,
+            kernel_initializer=policy.kernel_initializer,
+            dtype=keras.config.dtype_policy().variable_dtype, name="logits")
         logits = decoder_lib.decoder(x, features["low_level"], head_policy, num_classes,
                                      filters=width(256), low_filters=width(48),
-                                     align_corners=align_corners, logits=head)
+                                     align_corners=align_corners,
+                                     make_logits=make_head if sharded else None)
         # Logits stay in the variable dtype (float32 under mixed precision): the loss needs
         # the range.
-        outputs = logits if head is not None else ResizeLike(
+        outputs = logits if sharded else ResizeLike(
             align_corners, name="logits_resize",
             dtype=keras.config.dtype_policy().variable_dtype)([logits, inputs])
         model = keras.Model(inputs, outputs, name=self.name)
