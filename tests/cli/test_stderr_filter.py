@@ -43,6 +43,29 @@ def test_tensorflow_lites_delegate_notice_is_left_out():
     assert _filtered(b"tfseg: predicting\n" + notice + OTHER) == b"tfseg: predicting\n" + OTHER
 
 
+# As TensorFlow 2.21 writes it for each iterator of a strategy that fetches to the device.
+UNOPTIMIZED = (b"W0000 00:00:1796320561.563647   29812 dataset.cc:997] Input of "
+               b"GeneratorDatasetOp::Dataset will not be optimized because the dataset does "
+               b"not implement the AsGraphDefInternal() method needed to apply optimizations.\n")
+
+
+def test_the_warning_about_a_strategys_device_iterator_is_left_out():
+    assert _filtered(b"step 1\n" + UNOPTIMIZED + OTHER) == b"step 1\n" + OTHER
+
+
+def test_a_strategy_fetching_to_the_device_writes_nothing_through_the_filter():
+    """--strategy=one_device, mirrored and multi_worker read batches this way."""
+    script = ("import tensorflow as tf\nfrom tfseg.cli import stderr_filter\n"
+              "from tfseg.data.feed import distribute\nstderr_filter.start()\n"
+              "strategy = tf.distribute.OneDeviceStrategy('/cpu:0')\n"
+              "print(sum(int(x.numpy().sum()) for x in distribute(tf.data.Dataset.range(4)"
+              ".batch(2), strategy)))\nstderr_filter.stop()\n")
+    env = dict(_env(), TF_CPP_MIN_LOG_LEVEL="1")  # tfseg's own level: warnings are shown
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=120)
+    assert proc.returncode == 0 and proc.stdout == "6\n", proc.stderr
+    assert "GeneratorDatasetOp" not in proc.stderr
+
 def test_lines_split_across_reads_are_judged_whole_and_a_lone_partial_line_is_kept():
     # A record cut in two reads is still one record; a line without its newline, with
     # nothing more coming for a while (None), is passed on as it is.

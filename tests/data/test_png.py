@@ -1,10 +1,15 @@
+import io
+import os
+import subprocess
+import sys
 import zlib
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from PIL import Image
+from PIL import Image, PngImagePlugin
 
+from tests.command import ROOT
 from tfseg.data import png
 
 
@@ -63,3 +68,53 @@ def test_format_checks(tmp_path):
     assert check(np.zeros((4, 4, 3), np.uint8)) == (False, True)
     assert check(np.zeros((4, 4, 4), np.uint8)) == (False, True)
     assert check(np.zeros((4, 4), np.uint16)) == (False, False)  # 16-bit gray
+
+
+def _chunk_types(contents):
+    types, offset = [], 8
+    while offset < len(contents):
+        size = int.from_bytes(contents[offset:offset + 4], "big")
+        types.append(contents[offset + 4:offset + 8])
+        data = contents[offset + 4:offset + 8 + size]
+        assert contents[offset + 8 + size:offset + 12 + size] == zlib.crc32(data).to_bytes(4, "big")
+        offset += 12 + size
+    return types
+
+
+def _palette_png_with_extras(index):
+    # What VOC's and PIL's labels hold: a PLTE, a tRNS (transparency) and text chunks.
+    im = Image.fromarray(index, "P")
+    im.putpalette(list(range(256)) * 3)
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Comment", "labels")
+    buffer = io.BytesIO()
+    im.save(buffer, format="PNG", transparency=0, pnginfo=info)
+    return buffer.getvalue()
+
+
+def test_palette_chunks_are_dropped_and_the_indices_kept():
+    # libpng warns for each palette chunk of a file read as grayscale, once per label read.
+    index = (np.arange(9 * 13).reshape(9, 13) % 21).astype(np.uint8)
+    contents = _palette_png_with_extras(index)
+    assert {b"PLTE", b"tRNS"} <= set(_chunk_types(contents))
+    gray = png.palette_as_grayscale(tf.constant(contents)).numpy()
+    assert _chunk_types(gray) == [b"IHDR", b"IDAT", b"IEND"]  # and every CRC right
+    assert gray[25] == png.GRAY
+    np.testing.assert_array_equal(png.decode_index_png(tf.constant(contents)).numpy(), index)
+    # The same in the tf.data graph, where the pipeline runs it.
+    decoded = tf.data.Dataset.from_tensors(contents).map(png.decode_index_png)
+    np.testing.assert_array_equal(next(iter(decoded)).numpy(), index)
+
+
+def test_decoding_a_palette_label_logs_no_png_warning(tmp_path):
+    index = (np.arange(6 * 10).reshape(6, 10) % 21).astype(np.uint8)
+    path = tmp_path / "label.png"
+    path.write_bytes(_palette_png_with_extras(index))
+    code = ("import sys, tensorflow as tf; from tfseg.data import png; "
+            "print(png.decode_index_png(tf.io.read_file(sys.argv[1])).numpy().sum())")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout) == int(index.sum())
+    assert "PNG warning" not in proc.stderr

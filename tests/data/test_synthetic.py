@@ -151,3 +151,13 @@ def test_files_that_appear_while_the_set_is_written_are_kept(tmp_path, monkeypat
     assert sorted(os.listdir(root)) == ["gtFine", "leftImg8bit"]
     assert (root / LAYOUTS["cityscapes"][0]).read_bytes() == b"the user's 0"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["racy"]
+
+
+def test_a_refused_folder_is_not_announced_as_being_written(tmp_path, capsys):
+    """`tfseg --dataset=synthetic --data_dir=FOLDER`: the refusal comes alone, not after a
+    line saying that the set is being written there."""
+    root = tmp_path / "photos"
+    _user_files(root, ("holiday.jpg",))
+    with pytest.raises(InputError, match="no synthetic set"):
+        synthetic.source(str(root), "train")
+    assert capsys.readouterr().out == ""

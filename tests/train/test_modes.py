@@ -288,6 +288,16 @@ def test_exported_saved_model_predicts_like_the_checkpoint(trained, tmp_path):
     np.testing.assert_array_equal(np.argmax(reloaded(normalize(image[None])), -1), expected)
 
 
+def test_convert_writes_its_counts_with_thousands_separators(tmp_path):
+    """As every other data message does: 1,200, not 1200."""
+    from tests.data.trees import cityscapes_tree
+
+    for split in ("train", "val"):  # half of each label an id Cityscapes does not have
+        cityscapes_tree(str(tmp_path / "data"), split, ids=(7, 250), size=(40, 60), n=1)
+    proc = run_main("--mode=convert", "--dataset=cityscapes", f"--data_dir={tmp_path / 'data'}",
+                    f"--tfrecord_dir={tmp_path / 'records'}")
+    assert "(0 bad pairs skipped, 1,200 unknown label pixels mapped to 255)" in proc.stdout
+
 @pytest.mark.slow
 def test_convert_writes_shards_that_train_reads(tmp_path, data_dir):
     """--mode=convert writes both splits; the shards hold what the PNG pipeline reads,

@@ -167,9 +167,9 @@ def run_convert(config):
                                       run.tfrecord_raw, config.data.skip_bad_examples)
         # Counted here, once: training from the shards sees train ids only.
         counts = data.tfrecords.read_metadata(out_dir, split)["conversion_stats"]
-        print(f"{split}: {len(source.pairs)} pairs -> {len(shards)} shards in {out_dir} "
-              f"({counts['bad_examples']} bad pairs skipped, {counts['unknown_label_pixels']} "
-              f"unknown label pixels mapped to 255)")
+        print(f"{split}: {len(source.pairs):,} pairs -> {len(shards):,} shards in {out_dir} "
+              f"({counts['bad_examples']:,} bad pairs skipped, "
+              f"{counts['unknown_label_pixels']:,} unknown label pixels mapped to 255)")
 
 
 @mode("validate")

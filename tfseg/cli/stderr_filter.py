@@ -1,12 +1,13 @@
-"""TensorFlow's second report of an op's error (and TensorFlow Lite's notice of its CPU
-delegate), kept from the user while a command runs.
+"""TensorFlow's second report of an op's error (and a few notices about TensorFlow's own
+internals), kept from the user while a command runs.
 
 When an op fails, TensorFlow's C++ code logs the error as a warning ("OP_REQUIRES failed
 at whole_file_read_ops.cc:117 : NOT_FOUND: ...", "Local rendezvous is aborting with
 status: INVALID_ARGUMENT: ...") and then raises the same error in Python, where tfseg
 reports it: one line naming the file for a bad data file, a traceback for a bug. The
 warning adds nothing to the exception, and a user read three lines of TensorFlow's log
-before tfseg's one. So for the command's run, file descriptor 2 goes through this file
+before tfseg's one. The notices (``_INTERNAL``, ``_NOTICES``) are about parts of
+TensorFlow the user neither chose nor can change. So for the command's run, file descriptor 2 goes through this file
 run as a small process of its own (``start``), which drops those records with their
 continuation lines and passes everything else on as it comes. A process, not a thread:
 what a crashing run writes last (a FATAL record, the fault handler's traceback) still
@@ -33,6 +34,11 @@ RECORD = re.compile(r"(?:(?P<a>[IWEF])\d{4} [\d:.]+\s+\d+ |"
                     r"\d{4}-\d\d-\d\d [\d:.]+: (?P<b>[IWEF]) )(?P<where>\S+:\d+)\] (?P<text>.*)")
 # The records that repeat an op's error which Python then raises.
 _REPEATS = ("OP_REQUIRES failed at ", "Local rendezvous is aborting with status: ")
+# Warnings about TensorFlow's own machinery. A tf.distribute strategy that fetches batches
+# to the device (``tfseg.data.feed.distribute``) reads them through a MultiDeviceIterator,
+# whose per-device dataset is a GeneratorDataset that tf.data's graph rewrites cannot
+# serialise: the warning comes with every iterator made, whatever the input pipeline.
+_INTERNAL = ("Input of GeneratorDatasetOp::Dataset will not be optimized ",)
 # Lines that TensorFlow Lite's runtime prints itself, not as a log record, each time a
 # model is opened on the CPU: nothing the user asked or can act on.
 _NOTICES = ("INFO: Created TensorFlow Lite XNNPACK delegate for CPU.",)
@@ -44,14 +50,24 @@ _running = None  # (the filter process, the real stderr's duplicate) while start
 
 def repeats_an_error(line):
     """Whether ``line`` (text) starts a warning record that repeats an op's error."""
+    return _warning_starting(line, _REPEATS)
+
+
+def left_out(line):
+    """Whether ``line`` (text) starts a record that the filter drops: one that repeats
+    an op's error, or a warning about TensorFlow's internals (``_INTERNAL``)."""
+    return _warning_starting(line, _REPEATS + _INTERNAL)
+
+
+def _warning_starting(line, texts):
     match = RECORD.match(line)
     return bool(match) and match["a" if match["a"] else "b"] in "WE" and (
-        match["text"].startswith(_REPEATS))
+        match["text"].startswith(texts))
 
 
 def filter_lines(read, write):
     """Copies the bytes ``read()`` gives to ``write`` until ``read`` gives b"", leaving
-    out the records that repeat an op's error and their continuation lines (those that
+    out the records ``left_out`` names and their continuation lines (those that
     start with white space). ``read()`` returns b"" at the end, None when nothing came
     for a while (a line without its newline is then passed on as it is)."""
     pending, dropping = b"", False
@@ -70,7 +86,7 @@ def filter_lines(read, write):
             text = line.decode("utf-8", "replace")
             if dropping and text[:1].isspace():
                 continue
-            dropping = repeats_an_error(text)
+            dropping = left_out(text)
             if not dropping and text.rstrip() not in _NOTICES:
                 write(line + b"\n")
 

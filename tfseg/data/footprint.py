@@ -161,6 +161,6 @@ def require_cache_fits(what, count, estimate, max_gb):
             bound, name = available, source
     if estimate > bound:
         raise InputError(
-            f"--cache: the in-memory cache of {what}: its {count} decoded examples take "
+            f"--cache: the in-memory cache of {what}: its {count:,} decoded examples take "
             f"about {format_bytes(estimate)}, over the {format_bytes(bound)} bound ({name}); "
             f"drop --cache (or, in Python, cache on disk: DataConfig(cache=\"path/prefix\"))")

@@ -61,7 +61,7 @@ def full_batches(num_examples, batch_size):
     """
     if num_examples < batch_size:
         raise InputError(f"training needs at least batch_size={batch_size} examples, "
-                         f"the split has {num_examples}")
+                         f"the split has {num_examples:,}")
     return num_examples // batch_size * batch_size
 
 

@@ -87,6 +87,63 @@ def crc32(byte_values):
     return tf.bitwise.bitwise_xor(crc, 0xFFFFFFFF)
 
 
+def _first_idat(contents):
+    """Byte offset of the first IDAT chunk of a PNG's bytes (int64 scalar), found by
+    walking the chunks from the IHDR's end; past the file's end when it has none."""
+    length = tf.cast(tf.strings.length(contents), tf.int64)
+
+    def keep_looking(offset, found):
+        return ~found & (offset + 8 <= length)
+
+    def step(offset, found):
+        size = tf.cast(tf.io.decode_raw(tf.strings.substr(contents, offset, 4), tf.uint8,
+                                        little_endian=False), tf.int64)
+        size = tf.reduce_sum(size * tf.constant([2**24, 2**16, 2**8, 1], tf.int64))
+        is_idat = tf.equal(tf.strings.substr(contents, offset + 4, 4), b"IDAT")
+        # A chunk is its length, type and CRC (12 bytes) around its data.
+        return tf.where(is_idat, offset, offset + 12 + size), is_idat
+
+    offset, _ = tf.while_loop(keep_looking, step,
+                              (tf.constant(_HEAD_LEN, tf.int64), tf.constant(False)))
+    return offset
+
+
+def palette_as_grayscale(contents):
+    """A palette PNG's bytes rewritten as the grayscale PNG of its index stream.
+
+    The IHDR's colour type becomes 0 (grayscale), with its CRC recomputed, and the
+    chunks between the IHDR and the first IDAT are dropped: PLTE, tRNS, bKGD, sBIT and
+    hIST describe the palette, which a grayscale reading would get wrong, and libpng
+    logs a warning for each of them in every file it reads (thousands per epoch on
+    VOC); none changes the pixel data. Chunks from the first IDAT on are kept as they
+    are. Pure TF: a few ops per chunk before the image data, one copy of the file.
+
+    Args:
+      contents: scalar tf.string, bytes of a palette PNG (``header``'s colour_type 3).
+
+    Returns:
+      scalar tf.string: a grayscale PNG whose pixel values are the palette indices.
+
+    Example:
+        gray = palette_as_grayscale(tf.io.read_file("label.png"))
+        ids = tf.io.decode_png(gray, channels=1)  # 8-bit: the indices, not their colours
+    """
+    head = tf.io.decode_raw(tf.strings.substr(contents, 0, _HEAD_LEN), tf.uint8)
+    head = tf.cast(tf.reshape(head, [_HEAD_LEN]), tf.int64)
+    gray_ihdr = tf.concat([head[12:25], tf.zeros([1], tf.int64), head[26:29]], 0)
+    crc = crc32(gray_ihdr)
+    crc_bytes = tf.stack([tf.bitwise.bitwise_and(tf.bitwise.right_shift(crc, s), 0xFF)
+                          for s in (24, 16, 8, 0)])
+    length = tf.cast(tf.strings.length(contents), tf.int64)
+    # No IDAT (a broken file): nothing after the IHDR, and decode_png fails as before.
+    idat = tf.minimum(_first_idat(contents), length)
+    return tf.strings.reduce_join(tf.concat([
+        [tf.strings.substr(contents, 0, 25), b"\0", tf.strings.substr(contents, 26, 3)],
+        tf.gather(tf.constant(_BYTE_STRINGS), crc_bytes),
+        [tf.strings.substr(contents, idat, length - idat)],
+    ], 0))
+
+
 def decode_index_png(contents):
     """Decode a grayscale or palette PNG to its stored *indices*, in pure TF.
 
@@ -94,8 +151,8 @@ def decode_index_png(contents):
     mapping colours back to indices is ambiguous whenever two palette entries
     share a colour (common: unused entries are all black). Instead this
     rewrites the IHDR colour type from 3 (palette) to 0 (grayscale) and fixes
-    the IHDR CRC; the pixel data of a palette PNG *is* its index stream, so
-    libpng then returns the indices exactly (it ignores the now-unused PLTE).
+    the IHDR CRC (``palette_as_grayscale``); the pixel data of a palette PNG
+    *is* its index stream, so libpng then returns the indices exactly.
     Sub-byte depths (1/2/4 bits, which PIL writes for small palettes) come
     back scaled to 0-255 by libpng and are divided back.
 
@@ -106,22 +163,9 @@ def decode_index_png(contents):
       uint8 tensor [H, W] of indices.
     """
     hdr = header(contents)
-
-    def as_grayscale():
-        head = tf.io.decode_raw(tf.strings.substr(contents, 0, _HEAD_LEN), tf.uint8)
-        head = tf.cast(tf.reshape(head, [_HEAD_LEN]), tf.int64)
-        gray_ihdr = tf.concat([head[12:25], tf.zeros([1], tf.int64), head[26:29]], 0)
-        crc = crc32(gray_ihdr)
-        crc_bytes = tf.stack([tf.bitwise.bitwise_and(tf.bitwise.right_shift(crc, s), 0xFF)
-                              for s in (24, 16, 8, 0)])
-        return tf.strings.reduce_join(tf.concat([
-            [tf.strings.substr(contents, 0, 25), b"\0", tf.strings.substr(contents, 26, 3)],
-            tf.gather(tf.constant(_BYTE_STRINGS), crc_bytes),
-            [tf.strings.substr(contents, _HEAD_LEN, tf.strings.length(contents) - _HEAD_LEN)],
-        ], 0))
-
     # cond, not where: grayscale files skip the patch (a copy of the whole file).
-    indexed = tf.cond(tf.equal(hdr["colour_type"], PALETTE), as_grayscale, lambda: contents)
+    indexed = tf.cond(tf.equal(hdr["colour_type"], PALETTE),
+                      lambda: palette_as_grayscale(contents), lambda: contents)
     values = tf.io.decode_png(indexed, channels=1, dtype=tf.uint8)[..., 0]
     depth = tf.minimum(hdr["bit_depth"], 8)
     step = tf.cast(255 // (tf.bitwise.left_shift(1, depth) - 1), tf.uint8)

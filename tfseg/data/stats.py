@@ -9,7 +9,9 @@ class DataStats:
     ``build_dataset_with_stats`` makes one (or pass one to
     ``build_dataset(..., stats=...)``); read it with ``as_dict()`` or log
     ``summary()`` at any time (e.g. at each log step or after an evaluation).
-    Counts accumulate over passes: each epoch counts its examples again.
+    Counts accumulate over passes: each epoch counts its examples again (a bad
+    file is logged and counted once per pass), and a training input counts the
+    examples it has read ahead of the steps too; the summary says so.
     The counters are ``tf.Variable``s, so they see only work done in this
     process: not available together with the tf.data service, with ``cache``
     only the first pass is counted, and for TFRecord input unknown label ids
@@ -56,4 +58,5 @@ class DataStats:
             return None
         return (f"{split} data: {counts['bad_examples']:,} bad examples skipped, "
                 f"{counts['unknown_label_pixels']:,} label pixels with unknown ids (mapped to "
-                f"255, ignored) in {counts['unknown_label_examples']:,} examples")
+                f"255, ignored) in {counts['unknown_label_examples']:,} examples, counted as "
+                f"the input reads them: ahead of the steps, and again on each pass over the data")

@@ -151,7 +151,9 @@ def source(root, split, missing_ok=False):
     """The default set (``write_synthetic_cityscapes(root)``, written unless complete
     there) as a Cityscapes ``Source``; ``missing_ok`` as ``cityscapes.files``."""
     if not os.path.isfile(os.path.join(root, MARKER)):
-        # The one run that writes it says so: the folder is the user's to keep or delete.
+        # The one run that writes it says so (the folder is the user's to keep or delete),
+        # once the folder is known to take it: a refusal comes alone.
+        require_free(root)
         print(f"writing the synthetic data set to {root}: 40 train and 10 val images of "
               f"128x256 in the Cityscapes layout, {len(TRAIN_IDS)} of its "
               f"{len(cityscapes.CLASS_NAMES)} classes (once; later runs read it)", flush=True)
