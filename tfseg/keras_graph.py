@@ -124,12 +124,18 @@ def nodes_in_order(model, inputs=False):
 
 def input_structure(model):
     """The structure of a functional model's inputs as it was built (a dict, a list, one
-    tensor: `Functional._inputs_struct`); `model.inputs` is flattened."""
+    tensor: `Functional._inputs_struct`); `model.inputs` is flattened. A built
+    `Sequential`'s are its graph's."""
+    if isinstance(model, keras.Sequential):
+        model = sequential_graph(model)
     return model._inputs_struct
 
 
 def output_structure(model):
-    """The structure of a functional model's outputs as it was built (`_outputs_struct`)."""
+    """The structure of a functional model's outputs as it was built (`_outputs_struct`);
+    a built `Sequential`'s are its graph's."""
+    if isinstance(model, keras.Sequential):
+        model = sequential_graph(model)
     return model._outputs_struct
 
 

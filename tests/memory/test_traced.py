@@ -197,7 +197,32 @@ def test_a_block_its_trace_cannot_stand_for_is_kept_whole_and_says_why(cls, shap
     model = keras.Model(inputs, cls(name="block")(keras.layers.ReLU(name="relu")(inputs)))
     _, taken, kept = traced.inline(model)
     assert taken == [] and kept["block"].startswith(why)
-    assert memory.changes(model).traced == []
+    summary = memory.changes(model)
+    assert summary.traced == [] and summary.untraced == kept
+    assert f"kept block whole, not traced: {why}" in str(summary)
+
+
+class RawNorm(keras.layers.Layer):
+    """A conv, a norm and a raw `tf.nn.relu`: not traced, but its config rebuilds it
+    with an output-only norm inside."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.conv = keras.layers.Conv2D(3, 1, use_bias=False)
+        self.norm = keras.layers.BatchNormalization()
+
+    def call(self, x, training=None):
+        return keras.ops.relu(tf.nn.relu(self.norm(self.conv(x), training=training)))
+
+
+def test_a_block_rebuilt_inside_but_not_traced_still_says_in_one_line_why():
+    """(Before: "made 1 more inside 1 subclassed layers", and no word of the trace.)"""
+    inputs = keras.Input((7, 9, 3))
+    summary = memory.changes(keras.Model(inputs, RawNorm(name="block")(inputs)))
+    assert summary.inside.keys() == {"block"}
+    said = [p for p in str(summary).split("; ") if p.startswith("kept block whole")]
+    assert said == ["kept block whole, not traced: its call does not trace (ValueError: A "
+                    "KerasTensor cannot be used as input to a TensorFlow function)"]
 
 
 def test_a_trace_that_reads_a_static_batch_is_checked_by_running_it():

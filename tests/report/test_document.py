@@ -125,3 +125,32 @@ def test_the_backbone_subtotal_heads_its_flows_in_both_tables_and_on_stdout():
     for row in (r"backbone +50\.0% +50\.0%", r"  entry_flow +16\.7% +16\.7%",
                 r"weights +3\.0 +3\.0", r"backbone +300\.0 +150\.0", r"  exit_flow +100\.0 +50\.0"):
         assert re.search(f"^{row}$", table, re.M), row
+
+
+def _sizes(report, variant):
+    report["max_sizes"] = {"budget_gb": 0.03, "variants": {"stock": variant}}
+    return render.table(report), render.markdown(report)
+
+
+def test_the_budget_is_named_in_gib_as_the_flag_gives_it():
+    """(Before: "budget 0.03 GB" and "fits 0.03 GB", of a --memory_budget_gb in GiB.)"""
+    printed, text = _sizes(_report(400, frontier=False),
+                           {"max_batch": 3, "max_square_crop": 96, "sizes_measured": True})
+    assert "largest sizes, budget 0.03 GiB at 64x64" in printed
+    assert "fits 0.03 GiB less the device overhead" in text
+    assert not re.search(r"\bGB\b", printed + text)
+
+
+def test_sizes_that_no_check_measured_are_said_to_be_none_measured():
+    """--report_verify_seconds=0: every size skipped, so none of the estimates was
+    measured (before: "not all measured")."""
+    skipped = {"batch": {3: {"reason": "too expensive", "estimated_seconds": 2.0}},
+               "crop": {96: {"reason": "too expensive", "estimated_seconds": 2.0}}}
+    none = {"max_batch": 3, "max_square_crop": 96, "sizes_measured": False, "skipped": skipped,
+            "verified": {"max_batch": None, "total_bytes_by_batch": {}},
+            "crop_verified": {"max_square_crop": None, "total_bytes_by_crop": {}}}
+    assert "96 (estimates, none measured)" in _sizes(_report(400, frontier=False), none)[0]
+    some = {**none, "verified": {"max_batch": 2, "total_bytes_by_batch": {3: 2**40, 2: 2**20}}}
+    assert "96 (estimates, not all measured)" in _sizes(_report(400, frontier=False), some)[0]
+    unchecked = {"max_batch": 3, "max_square_crop": 96, "sizes_measured": False}
+    assert "96 (estimates, none measured)" in _sizes(_report(400, frontier=False), unchecked)[0]

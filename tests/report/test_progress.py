@@ -96,8 +96,8 @@ def test_sizes_past_the_bound_are_the_fits_predictions_marked_unverified():
                                                "estimated_seconds": 12.4}}}
     report = {"config": {"height": 100, "width": 100, "jit_compile": False}, "device": "CPU:0",
               "variants": {}, "max_sizes": sizes, "time_bound_reached": clock.bound_reached}
-    assert re.search(r"predicted max batch +5, square crop at batch 1 +209 \(estimates, not "
-                     r"all measured\)", render.table(report))
+    assert re.search(r"predicted max batch +5, square crop at batch 1 +209 \(estimates, none "
+                     r"measured\)", render.table(report))  # no run started
     assert render.caveats(report)[0].startswith("**Time bound reached**")
 
 

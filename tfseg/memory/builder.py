@@ -40,7 +40,9 @@ def build(model, options, recompute=None, recompute_layer=Recompute):
     tensors = builder.run(builder.graph.nodes, dict(zip(map(id, model.inputs), inputs)),
                           summary.blocks)
     outputs = keras.tree.map_structure(lambda t: tensors[id(t)], model.output)
-    new_model = keras.Model(inputs, outputs, name=model.name)
+    # Stock's input structure (one tensor, a list, a dict): a call as stock's matches it.
+    new_model = keras.Model(keras.tree.pack_sequence_as(keras_graph.input_structure(model),
+                                                        inputs), outputs, name=model.name)
     builder.copy_weights()
     _keep_outside(original, new_model)
     twice = _shared_paths(new_model) - _shared_paths(model)

@@ -20,12 +20,14 @@ def as_functional(model):
 
     A built `keras.Sequential` (ConvNeXt's stem and downsampling blocks) is a chain
     of layers over symbolic inputs, so a functional model over the same nodes
-    computes the same thing and can be rewritten.
+    computes the same thing and can be rewritten; it takes and gives one tensor, as the
+    `Sequential` does.
     """
     if is_functional(model):
         return model
     if isinstance(model, keras.Sequential) and keras_graph.sequential_graph(model) is not None:
-        return keras.Model(model.inputs, model.outputs, name=model.name)
+        return keras.Model(keras_graph.input_structure(model),
+                           keras_graph.output_structure(model), name=model.name)
     return None
 
 

@@ -17,6 +17,8 @@ record("inside", lambda twins: (
     f"{len(twins)} subclassed layers"), kind=dict)
 record("traced", lambda names: f"took apart {len(names)} subclassed layers traced from "
                                f"their calls")
+record("untraced", lambda whys: "; ".join(f"kept {name} whole, not traced: {why}"
+                                          for name, why in whys.items()), kind=dict)
 record("idle_norms", lambda names: (
     f"kept {len(names)} norms stock: a stock ReLU reads each and keeps its output, so an "
     f"output-only norm would save nothing"))
@@ -26,9 +28,12 @@ record("kept_stock", lambda kept: "; ".join(f"kept {name} stock: {why}" for name
 @rule("traced_blocks", option="trace_blocks")
 def traced_blocks(finding):
     """Names the subclassed blocks taken apart from traces of their calls, which
-    `tfseg.memory.patterns.changes` does before the rules run (`traced.inline`)."""
+    `tfseg.memory.patterns.changes` does before the rules run (`traced.inline`), and
+    each block kept whole with the test its trace failed."""
     for name in finding.taken_apart:
         finding.add("traced", name)
+    for item in finding.untraced.items():
+        finding.add("untraced", item)
 
 
 # Stock `BatchNormalization` and `GroupNormalization` as their output-only twins; then
@@ -52,8 +57,6 @@ def inside_blocks(finding):
         if layer.name not in inside:
             twins, why = inner_twins(layer, finding.options)
             not_rebuilt = why_not_rebuilt(layer, twins, node) if twins else None
-            if not_rebuilt and layer.name in finding.untraced:
-                not_rebuilt = f"{finding.untraced[layer.name]}; {not_rebuilt}"
             why += [(layer.name, not_rebuilt)] if not_rebuilt else []
             for item in [k for k in why if k not in kept]:
                 finding.add("kept_stock", item)

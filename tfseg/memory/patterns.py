@@ -3,6 +3,7 @@ runs the rules (`tfseg.memory.rules`) over its graph."""
 
 import keras
 
+from tfseg import keras_graph
 from tfseg.memory import block_rules, conv_rules, nested_rules, norm_rules  # noqa: F401
 from tfseg.memory.graph import Graph, as_functional, nested_model
 from tfseg.memory.options import of
@@ -57,7 +58,8 @@ def cut(nested, cuts):
     start to the layer after or before it (`Changes.cuts`)."""
     cut_at = cuts.get(nested.name, {})
     if "end" in cut_at:  # its upsampling goes to the conv after
-        nested = keras.Model(nested.inputs, cut_at["end"], name=nested.name)
+        nested = keras.Model(keras_graph.input_structure(nested), cut_at["end"],
+                             name=nested.name)
     if "start" in cut_at:  # its first conv takes in the concat
         outputs = nested.outputs[0] if len(nested.outputs) == 1 else nested.outputs
         nested = keras.Model(cut_at["start"], outputs, name=nested.name)

@@ -90,7 +90,9 @@ def paying(model, inputs, options=None, *, recompute=None):
 
     >>> stock = keras.applications.NASNetMobile(weights=None, input_shape=(32, 32, 3))
     >>> images = tf.zeros((2, 32, 32, 3))
-    >>> saving = rewrite(stock, paying(stock, images))  # logs: ... kept stock where ...
+    >>> saving = rewrite(stock, paying(stock, images))  # every trick pays here
+    >>> # logs: rewrote nasnet_mobile: fused 187 activation+layer pairs; made 160
+    >>> # SeparableConv2D layers keep only their input; made 192 norms output-only; ...
     >>> step_kept_bytes(saving, images) < step_kept_bytes(stock, images)
     True
     """

@@ -103,14 +103,17 @@ def _replayed(model):
 def _remade(model, call, named=True):
     """`model` made again on new inputs (with its inputs' names where `named`), each of
     its nodes by `call(node, tensors)` -> the node's outputs, flat; `tensors` maps the
-    id of each earlier symbolic tensor to its new one."""
+    id of each earlier symbolic tensor to its new one. Its inputs keep `model`'s
+    structure (one tensor, a list, a dict), so it is called as `model` is."""
     inputs = [keras.Input(batch_shape=t.shape, dtype=t.dtype, name=t.name if named else None)
               for t in model.inputs]
     tensors = dict(zip(map(id, model.inputs), inputs))
     for node in Graph(model).nodes:
         tensors.update(zip(map(id, node.outputs), call(node, tensors)))
     outputs = keras.tree.map_structure(lambda t: tensors[id(t)], model.output)
-    return keras.Model(inputs if len(inputs) > 1 else inputs[0], outputs, name=model.name)
+    structure = keras.tree.map_structure(lambda t: tensors[id(t)],
+                                         keras_graph.input_structure(model))
+    return keras.Model(structure, outputs, name=model.name)
 
 
 def _takes_training(layer):
@@ -149,8 +152,7 @@ def _trace(layer, node):
         branches = ([_traced(layer, node, training=flag) for flag in (True, False)]
                     if _takes_training(layer) else [])
     except Exception as error:  # a call that does not run on symbolic tensors: keep it
-        first = (str(error).splitlines() or [""])[0][:160]
-        return None, f"its call does not trace ({type(error).__name__}: {first})"
+        return None, f"its call does not trace ({type(error).__name__}: {_first(error)})"
     if len(branches) == 2 and _signature(branches[0]) != _signature(branches[1]):
         return None, "its call runs other layers in training than in inference"
     own = {id(v) for v in layer.variables}
@@ -163,6 +165,14 @@ def _trace(layer, node):
     if not agrees:
         return None, "its trace does not compute what its call does"
     return model, None
+
+
+def _first(error):
+    """The first sentence of `error`'s message, for a one-line summary (a raw `tf.` op's
+    error goes on for a page about `KerasTensor`s)."""
+    line = (str(error).strip().splitlines() or [""])[0]
+    sentence = line.split(". ")[0]
+    return sentence if len(sentence) <= 160 else sentence[:157] + "..."
 
 
 def trace(layer, node):

@@ -207,7 +207,7 @@ def sizes(report):
               "verified")
     return ["## Largest sizes under the budget", ""] + _table(header, rows) + [
         "", f"The largest batch at this crop and the largest square crop at batch 1 whose "
-        f"total (base + peak) fits {found['budget_gb']} GB less the device overhead: the "
+        f"total (base + peak) fits {found['budget_gb']} GiB less the device overhead: the "
         f"budget fit's prediction, and where verified, the measured runs (report.json).", ""]
 
 

@@ -109,11 +109,12 @@ def _size_rows(report):
     if not sizes:
         return []
     size = f"{report['config']['height']}x{report['config']['width']}"
-    rows = ["", f"largest sizes, budget {sizes['budget_gb']} GB at {size} "
+    rows = ["", f"largest sizes, budget {sizes['budget_gb']} GiB at {size} "
                 f"(totals include the base):"]
     for name, p in sizes["variants"].items():
         unverified = ("" if p.get("sizes_measured", True)
-                      else " (estimates, not all measured)")
+                      else " (estimates, not all measured)" if _measured_any(p)
+                      else " (estimates, none measured)")
         rows.append(f"  {name:<15} predicted max batch {p['max_batch']:>3}, square crop at batch 1 "
                     f"{p['max_square_crop']:>5}{unverified}")
         check = p.get("verified")
@@ -129,6 +130,13 @@ def _size_rows(report):
                 rows.append(f"  {'':<15} not verified at {kind} {size}: {why['reason']} "
                             f"(~{why['estimated_seconds']:.0f} s)")
     return rows
+
+
+def _measured_any(p):
+    """Whether a size check of variant entry `p` ran a size to its end (one that did
+    not fit counts)."""
+    return any((p.get(check) or {}).get(totals) for check, totals in
+               (("verified", "total_bytes_by_batch"), ("crop_verified", "total_bytes_by_crop")))
 
 
 def table(report):
